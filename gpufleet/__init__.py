@@ -1,0 +1,1 @@
+"""gpufleet: a dashboard for fleets of NVIDIA GPU hosts running Docker."""

@@ -1,0 +1,210 @@
+"""The claims ledger: which GPUs of one node are spoken for.
+
+Docker does not enforce exclusivity, so this is scheduling accounting, not isolation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpufleet.gpu.devices import Device, Info
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One workload's GPU reservation. With device ids it pins those GPUs (count is then
+    ignored); without, count <= 0 means every GPU, as Docker's `--gpus all` does."""
+
+    name: str
+    count: int = 0
+    device_ids: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Callers pass lists from forms and JSON; keep the claim hashable.
+        object.__setattr__(self, "device_ids", tuple(self.device_ids))
+
+    @property
+    def all(self) -> bool:
+        """Whether the claim takes every GPU on the node."""
+        return not self.device_ids and self.count <= 0
+
+
+class FitError(Exception):
+    """Why a claim does not fit a node. `code` is stable for machines; str() is for people."""
+
+    code = "fit_error"
+
+
+class NoGPU(FitError):
+    code = "no_gpu"
+
+    def __init__(self) -> None:
+        super().__init__("the node reports no NVIDIA GPU")
+
+
+class RuntimeMissing(FitError):
+    code = "runtime_missing"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the node's GPUs cannot be attached to containers:"
+            " Docker has neither the nvidia runtime nor NVIDIA CDI devices"
+        )
+
+
+class UnknownDevice(FitError):
+    code = "unknown_device"
+
+    def __init__(self, device_id: str) -> None:
+        super().__init__(f"GPU {device_id!r} is not present on the node")
+        self.device_id = device_id
+
+
+class DuplicateDevice(FitError):
+    code = "duplicate_device"
+
+    def __init__(self, device_id: str, index: int) -> None:
+        super().__init__(
+            f"GPU {device_id!r} names GPU {index}, which the claim already names"
+        )
+        self.device_id = device_id
+        self.index = index
+
+
+class DeviceTaken(FitError):
+    code = "device_taken"
+
+    def __init__(self, device_id: str, index: int, holder: str) -> None:
+        super().__init__(f"GPU {index} ({device_id!r}) is already reserved by {holder}")
+        self.device_id = device_id
+        self.index = index
+        self.holder = holder
+
+
+class Insufficient(FitError):
+    """Not enough free GPUs. `holders` is set when an all-GPU claim met reservations."""
+
+    code = "insufficient"
+
+    def __init__(
+        self, need: int, free: int, total: int, holders: tuple[str, ...] = ()
+    ) -> None:
+        if holders:
+            reserved = total - free
+            message = (
+                f"needs every GPU but {reserved} of {total}"
+                f" {'is' if reserved == 1 else 'are'} reserved by {', '.join(holders)}"
+            )
+        else:
+            message = f"needs {_gpus(need)} but only {free} of {total} {'is' if free == 1 else 'are'} free"
+        super().__init__(message)
+        self.need = need
+        self.free = free
+        self.total = total
+        self.holders = holders
+
+
+def _gpus(n: int) -> str:
+    return "1 GPU" if n == 1 else f"{n} GPUs"
+
+
+class Ledger:
+    """The reservations on one node.
+
+    To validate an edit, build the ledger from every *other* claim on the node and fit
+    the edited claim: `Ledger(info, other_claims).fit(edited)`.
+    """
+
+    def __init__(self, info: Info, claims: Iterable[Claim]) -> None:
+        self.info = info
+        self.claims = tuple(claims)
+
+    def resolve(self, device_id: str) -> Device | None:
+        """The device an id names: its index ("3") or its UUID (any case), trimmed."""
+        wanted = device_id.strip()
+        for device in self.info.devices:
+            if wanted.isascii() and wanted.isdigit():
+                if device.index == int(wanted):
+                    return device
+            elif device.uuid.lower() == wanted.lower():
+                return device
+        return None
+
+    @property
+    def total(self) -> int:
+        """The node's GPU count."""
+        return self.info.count if self.info.present else 0
+
+    @property
+    def reserved(self) -> int:
+        """How many GPUs are spoken for, never above total."""
+        if any(c.all for c in self.claims):
+            return self.total
+        pinned = {index for c in self.claims for index in self._pinned(c)}
+        counted = sum(c.count for c in self.claims if not c.device_ids and c.count > 0)
+        return min(self.total, len(pinned) + counted)
+
+    @property
+    def free(self) -> int:
+        return self.total - self.reserved
+
+    @property
+    def holders(self) -> list[str]:
+        """The workloads holding a reservation, sorted."""
+        return sorted({c.name for c in self.claims})
+
+    def holder_of(self, device_index: int) -> str | None:
+        """The claim holding that GPU by pinning it or by taking every GPU; None when
+        it is free or only covered by a count (counts hold no particular GPU)."""
+        for claim in self.claims:
+            if claim.all or device_index in self._pinned(claim):
+                return claim.name
+        return None
+
+    def fit(self, claim: Claim) -> FitError | None:
+        """Why `claim` cannot be placed on this node, or None when it can.
+
+        Reasons, first one wins: no GPU; GPUs cannot be attached; an all-GPU claim while
+        anything is reserved; unknown device; a device named twice; a device held by
+        another claim; not enough free GPUs.
+        """
+        if not self.info.present or self.total == 0:
+            return NoGPU()
+        if not self.info.usable:
+            return RuntimeMissing()
+        if claim.all:
+            if self.reserved > 0:
+                return Insufficient(
+                    self.total, self.free, self.total, tuple(self.holders)
+                )
+            return None
+        if claim.device_ids:
+            named: dict[int, str] = {}  # index -> the id that named it
+            for device_id in claim.device_ids:
+                device = self.resolve(device_id)
+                if device is None:
+                    return UnknownDevice(device_id)
+                if device.index in named:
+                    return DuplicateDevice(device_id, device.index)
+                named[device.index] = device_id
+            for index, device_id in named.items():
+                holder = self.holder_of(index)
+                if holder is not None:
+                    return DeviceTaken(device_id, index, holder)
+            need = len(named)
+        else:
+            need = claim.count
+        # A pinned claim needs free GPUs too: counted claims may already use up the rest.
+        if need > self.free:
+            return Insufficient(need, self.free, self.total)
+        return None
+
+    def _pinned(self, claim: Claim) -> set[int]:
+        """Indexes of the GPUs a claim pins; ids no longer on the node pin nothing."""
+        indexes = set()
+        for device_id in claim.device_ids:
+            device = self.resolve(device_id)
+            if device is not None:
+                indexes.add(device.index)
+        return indexes

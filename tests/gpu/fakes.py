@@ -1,0 +1,75 @@
+"""In-memory stand-ins for the host: a Runner answering from a table, and DockerFacts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpufleet.gpu import SMI_QUERY_ARGV, TOOLKIT_ARGV, CommandResult, DockerInfo
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def ok(argv: Sequence[str], stdout: str) -> CommandResult:
+    return CommandResult(tuple(argv), 0, stdout=stdout)
+
+
+def exited(
+    argv: Sequence[str], code: int, stdout: str = "", stderr: str = ""
+) -> CommandResult:
+    return CommandResult(tuple(argv), code, stdout=stdout, stderr=stderr)
+
+
+def failed(argv: Sequence[str], error: str) -> CommandResult:
+    return CommandResult(tuple(argv), None, error=error)
+
+
+class FakeRunner:
+    """Answers each argv from `results`; an unknown program is "not found on PATH"."""
+
+    def __init__(
+        self, results: dict[tuple[str, ...], CommandResult] | None = None
+    ) -> None:
+        self.results = dict(results or {})
+        self.calls: list[tuple[tuple[str, ...], float]] = []
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0) -> CommandResult:
+        key = tuple(argv)
+        self.calls.append((key, timeout))
+        if key in self.results:
+            return self.results[key]
+        return failed(key, f"{key[0]} not found on PATH")
+
+
+class FakeDocker:
+    """DockerFacts that returns one DockerInfo and counts how often it was asked."""
+
+    def __init__(self, info: DockerInfo | None = None) -> None:
+        self._info = info or DockerInfo()
+        self.calls = 0
+
+    def info(self) -> DockerInfo:
+        self.calls += 1
+        return self._info
+
+
+SMI = tuple(SMI_QUERY_ARGV)
+CTK = tuple(TOOLKIT_ARGV)
+
+
+def host(
+    smi: CommandResult | str | None = None, ctk: CommandResult | str | None = None
+) -> FakeRunner:
+    """A runner for a host whose nvidia-smi and nvidia-ctk print the given text (or
+    return the given result); None leaves the program missing."""
+    results = {}
+    for argv, answer in ((SMI, smi), (CTK, ctk)):
+        if isinstance(answer, str):
+            results[argv] = ok(argv, answer)
+        elif answer is not None:
+            results[argv] = answer
+    return FakeRunner(results)

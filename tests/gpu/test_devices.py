@@ -1,0 +1,316 @@
+"""parse_smi, Info and detect."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.gpu import (
+    INSTALL_HINT,
+    SMI_QUERY_ARGV,
+    Device,
+    DockerInfo,
+    Info,
+    SmiParseError,
+    detect,
+    parse_smi,
+)
+
+from .fakes import SMI, exited, failed, fixture, host
+
+H200_UUID_0 = "GPU-a44622e3-2296-6285-0a86-84d0f6c67900"
+
+
+def test_it_queries_the_seven_fields_without_header_or_units():
+    assert SMI_QUERY_ARGV == [
+        "nvidia-smi",
+        "--query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu,driver_version",
+        "--format=csv,noheader,nounits",
+    ]
+
+
+def test_it_parses_8x_h200():
+    driver, devices = parse_smi(fixture("smi-8xh200.csv"))
+    assert driver == "570.195.03"
+    assert [d.index for d in devices] == list(range(8))
+    assert devices[0] == Device(0, H200_UUID_0, "NVIDIA H200", 143771, 130013, 100)
+    assert devices[7].vram_used_mib == 58071
+    assert devices[7].utilization_percent == 0
+
+
+def test_it_parses_values_that_carry_units():
+    driver, devices = parse_smi(fixture("smi-8xa40-with-units.csv"))
+    assert driver == "550.127.05"
+    assert len(devices) == 8
+    assert {d.name for d in devices} == {"NVIDIA A40"}
+    assert (devices[4].vram_total_mib, devices[4].vram_used_mib) == (46068, 41782)
+    assert [d.utilization_percent for d in devices] == [
+        76,
+        77,
+        81,
+        84,
+        100,
+        100,
+        95,
+        94,
+    ]
+
+
+def test_it_parses_a_mixed_pair():
+    driver, devices = parse_smi(fixture("smi-2x-mixed.csv"))
+    assert driver == "560.35.03"
+    assert [d.name for d in devices] == [
+        "NVIDIA GeForce RTX 4080 SUPER",
+        "NVIDIA GeForce RTX 3090",
+    ]
+    assert [d.vram_total_mib for d in devices] == [16376, 24576]
+
+
+def test_it_reads_placeholder_utilization_as_unknown():
+    _, devices = parse_smi(fixture("smi-utilization-na.csv"))
+    assert [d.utilization_percent for d in devices] == [None, None]
+    assert [d.vram_used_mib for d in devices] == [0, 10]
+
+
+def test_it_keeps_a_gpu_whose_memory_is_not_reported():
+    driver, devices = parse_smi(fixture("smi-gh200-memory-na.csv"))
+    assert driver == "570.124.06"
+    assert devices == [
+        Device(
+            0,
+            "GPU-6f2d3c4b-5a69-7e8f-9a0b-1c2d3e4f5a6b",
+            "NVIDIA GH200 480GB",
+            None,
+            None,
+            42,
+        )
+    ]
+
+
+def test_it_skips_warnings_around_good_rows():
+    driver, devices = parse_smi(fixture("smi-warnings-around-rows.txt"))
+    assert driver == "560.35.03"
+    assert [d.index for d in devices] == [0, 1]
+
+
+def test_it_names_the_row_it_cannot_read():
+    with pytest.raises(SmiParseError) as caught:
+        parse_smi(fixture("smi-garbage-row.csv"))
+    assert caught.value.row == 2
+    assert "row 2" in str(caught.value)
+    assert "GeForce RTX 3090, lots" in str(caught.value)
+    assert "memory.total" in str(caught.value)
+
+
+ROW = "0, GPU-aaaa, NVIDIA A100-SXM4-80GB, 81920, 1024, 5, 550.54.15"
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("", []),
+        ("\n  \n\n", []),
+        ("No devices were found\n", []),
+        (
+            f"  {ROW}  \r\n\r\n",
+            [Device(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB", 81920, 1024, 5)],
+        ),
+        (
+            '0, GPU-aaaa, "Quadro RTX 6000, Rev B", 24576, 0, 0, 550.54.15',
+            [Device(0, "GPU-aaaa", "Quadro RTX 6000, Rev B", 24576, 0, 0)],
+        ),
+        (
+            "0,GPU-aaaa,Tesla T4,15360,0,N/A,550.54.15",
+            [Device(0, "GPU-aaaa", "Tesla T4", 15360, 0, None)],
+        ),
+        (
+            "0, GPU-aaaa, Tesla T4, [Unknown Error], 3, 0, 550.54.15",
+            [Device(0, "GPU-aaaa", "Tesla T4", None, 3, 0)],
+        ),
+        (
+            "index, uuid, name, memory.total, memory.used, utilization.gpu, driver_version\n"
+            + ROW,
+            [Device(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB", 81920, 1024, 5)],
+        ),
+    ],
+)
+def test_it_parses(text, expected):
+    assert parse_smi(text)[1] == expected
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("0, GPU-aaaa, Tesla T4, 15360, 0, 0", "expected 7 fields, got 6"),
+        (
+            "0, GPU-aaaa, Tesla T4, 15360, 0, 0, 550.54.15, extra",
+            "expected 7 fields, got 8",
+        ),
+        ("x, GPU-aaaa, Tesla T4, 15360, 0, 0, 550.54.15", "index 'x' is not a number"),
+        (
+            "-1, GPU-aaaa, Tesla T4, 15360, 0, 0, 550.54.15",
+            "index '-1' is not a number",
+        ),
+        ("0, , Tesla T4, 15360, 0, 0, 550.54.15", "empty UUID"),
+        ("0, GPU-aaaa, Tesla T4, 15360 MB, 0, 0, 550.54.15", "memory.total '15360 MB'"),
+        ("0, GPU-aaaa, Tesla T4, 15360, 1.5, 0, 550.54.15", "memory.used '1.5'"),
+        (
+            "0, GPU-aaaa, Tesla T4, 15360, 0, 12 MiB, 550.54.15",
+            "utilization.gpu '12 MiB'",
+        ),
+        (
+            f"{ROW}\n0, GPU-bbbb, Tesla T4, 15360, 0, 0, 550.54.15",
+            "index 0 also on row 1",
+        ),
+        (f"{ROW}\n1, gpu-AAAA, Tesla T4, 15360, 0, 0, 550.54.15", "UUID also on row 1"),
+        (f"{ROW}\n1, GPU-bbbb, Tesla T4, 15360, 0, 0, 535.1", "driver '535.1' differs"),
+    ],
+)
+def test_it_refuses(text, problem):
+    with pytest.raises(SmiParseError) as caught:
+        parse_smi(text)
+    assert problem in str(caught.value)
+    assert isinstance(caught.value, ValueError)
+
+
+def _info(**overrides) -> Info:
+    fields = {
+        "present": True,
+        "driver_version": "570.195.03",
+        "devices": (
+            Device(0, "GPU-a", "A", 1000, 10, 0),
+            Device(1, "GPU-b", "B", None, None, None),
+        ),
+        "runtime_installed": True,
+    }
+    return Info(**{**fields, **overrides})
+
+
+def test_it_counts_unknown_memory_as_zero_in_totals():
+    info = _info()
+    assert info.count == 2
+    assert info.total_vram_mib == 1000
+
+
+@pytest.mark.parametrize(
+    "present, runtime, cdi, usable, hint",
+    [
+        (True, True, (), True, ""),
+        (
+            True,
+            False,
+            ("nvidia.com/gpu=0",),
+            True,
+            "",
+        ),  # CDI counts: deliberate improvement
+        (True, True, ("nvidia.com/gpu=0",), True, ""),
+        (True, False, (), False, INSTALL_HINT),
+        (False, True, (), False, ""),
+        (False, False, (), False, ""),
+    ],
+)
+def test_it_tells_usable_and_hint(present, runtime, cdi, usable, hint):
+    info = _info(present=present, runtime_installed=runtime, cdi_devices=cdi)
+    assert info.usable is usable
+    assert info.hint == hint
+
+
+def test_it_detects_gpus_and_the_runtime():
+    runner = host(smi=fixture("smi-8xh200.csv"))
+    docker = DockerInfo(runtimes=("io.containerd.runc.v2", "NVIDIA", "runc"))
+    info = detect(runner, docker)
+    assert info.present
+    assert info.no_gpu_reason == ""
+    assert info.driver_version == "570.195.03"
+    assert info.count == 8
+    assert info.total_vram_mib == 8 * 143771
+    assert info.runtime_installed
+    assert runner.calls == [(SMI, 10.0)]
+
+
+@pytest.mark.parametrize(
+    "runtimes, installed",
+    [
+        (("nvidia",), True),
+        (("runc", "Nvidia"), True),
+        (("runc",), False),
+        (("nvidia-cdi", "nvidia-legacy"), False),
+        ((), False),
+    ],
+)
+def test_it_compares_runtime_names_case_insensitively(runtimes, installed):
+    info = detect(host(smi=fixture("smi-2x-mixed.csv")), DockerInfo(runtimes=runtimes))
+    assert info.runtime_installed is installed
+
+
+def test_it_keeps_only_nvidia_gpu_cdi_devices():
+    docker = DockerInfo(
+        cdi_devices=(
+            "nvidia.com/gpu=0",
+            "vendor.com/net=eth1",
+            "nvidia.com/gpu=all",
+            "nvidia.com/gds=all",
+        )
+    )
+    info = detect(host(smi=fixture("smi-2x-mixed.csv")), docker)
+    assert info.cdi_devices == ("nvidia.com/gpu=0", "nvidia.com/gpu=all")
+    assert info.usable
+
+
+@pytest.mark.parametrize(
+    "smi, reason",
+    [
+        (None, "nvidia-smi not found on PATH"),
+        (
+            failed(SMI, "nvidia-smi timed out after 10 s"),
+            "nvidia-smi timed out after 10 s",
+        ),
+        (failed(SMI, "permission denied"), "nvidia-smi: permission denied"),
+        (
+            exited(SMI, 9, stdout=fixture("error-couldnt-communicate.exit9.txt")),
+            (
+                "nvidia-smi exited with code 9: NVIDIA-SMI has failed because it couldn't communicate"
+                " with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."
+            ),
+        ),
+        (
+            exited(SMI, 18, stderr=fixture("error-driver-library-mismatch.exit18.txt")),
+            "nvidia-smi exited with code 18: Failed to initialize NVML: Driver/library version mismatch",
+        ),
+        (
+            exited(
+                SMI,
+                18,
+                stdout=fixture("error-driver-library-mismatch.exit18.txt"),
+                stderr=fixture("error-driver-library-mismatch.exit18.txt"),
+            ),
+            "nvidia-smi exited with code 18: Failed to initialize NVML: Driver/library version mismatch",
+        ),
+        (exited(SMI, 255), "nvidia-smi exited with code 255"),
+        ("", "nvidia-smi listed no GPUs"),
+        ("No devices were found\n", "nvidia-smi listed no GPUs: No devices were found"),
+        (
+            fixture("smi-garbage-row.csv"),
+            "nvidia-smi output could not be read: row 2: memory.total 'lots' is not a number",
+        ),
+    ],
+)
+def test_it_reports_no_gpu_with_the_reason(smi, reason):
+    info = detect(
+        host(smi=smi),
+        DockerInfo(runtimes=("nvidia",), cdi_devices=("nvidia.com/gpu=0",)),
+    )
+    assert not info.present
+    assert info.devices == ()
+    assert info.count == 0
+    assert info.no_gpu_reason.startswith(reason)
+    assert not info.usable
+    assert info.hint == ""
+    # Docker's facts are still recorded for the report.
+    assert info.runtime_installed
+    assert info.cdi_devices == ("nvidia.com/gpu=0",)
+
+
+def test_it_clips_a_huge_error_text():
+    info = detect(host(smi=exited(SMI, 9, stdout="x" * 5000)), DockerInfo())
+    assert len(info.no_gpu_reason) == 500
+    assert info.no_gpu_reason.endswith("…")
