@@ -1,0 +1,52 @@
+"""Fixes an agent can apply when asked from the dashboard.
+
+Each finding code maps to fixed argument lists owned here; nothing that came from
+the database or the browser is ever run, and only codes the node's operator
+listed in GPUFLEET_AGENT_FIXES are allowed (none by default)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from gpufleet import gpu
+from gpufleet.gpu.host import SubprocessRunner
+
+FIX_TIMEOUT_S = 300.0
+
+FIX_COMMANDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "cdi": (("nvidia-ctk", "cdi", "generate", "--output=/etc/cdi/nvidia.yaml"),),
+    "runtime": (
+        ("nvidia-ctk", "runtime", "configure", "--runtime=docker"),
+        ("systemctl", "restart", "docker"),
+    ),
+    "toolkit": (("apt-get", "install", "-y", "nvidia-container-toolkit"),),
+}
+
+
+def allowed_fixes() -> list[str]:
+    """The codes this agent will fix: configured and known, in a stable order."""
+    return sorted(code for code in settings.GPUFLEET_AGENT_FIXES if code in FIX_COMMANDS)
+
+
+@dataclass(frozen=True)
+class FixRun:
+    ok: bool
+    output: str
+    error: str = ""
+
+
+def apply_fix(code: str, runner: gpu.Runner | None = None) -> FixRun:
+    if code not in allowed_fixes():
+        return FixRun(False, "", f"this node does not allow the fix {code!r} (GPUFLEET_AGENT_FIXES)")
+    runner = runner or SubprocessRunner()
+    lines: list[str] = []
+    for argv in FIX_COMMANDS[code]:
+        result = runner.run(argv, timeout=FIX_TIMEOUT_S)
+        lines.append("$ " + " ".join(argv))
+        lines.extend(t for t in (result.stdout.rstrip(), result.stderr.rstrip()) if t)
+        if not result.ok:
+            reason = result.error or f"exited with code {result.exit_code}"
+            return FixRun(False, "\n".join(lines), f"{argv[0]} {reason}")
+    return FixRun(True, "\n".join(lines))

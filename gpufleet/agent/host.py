@@ -1,0 +1,26 @@
+"""This host, as the agent sees it: the domain diagnosis wired to the real
+commands, Docker socket and CDI spec folders named by the settings."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from gpufleet import gpu
+from gpufleet.fleet.snapshot import build_snapshot
+from gpufleet.gpu.host import EngineDocker, SubprocessRunner, list_cdi_spec_files, parse_spec_dirs
+
+
+def diagnose_this_host(runner: gpu.Runner | None = None) -> gpu.HostDiagnosis:
+    return gpu.diagnose_host(
+        runner or SubprocessRunner(),
+        EngineDocker(settings.DOCKER_HOST, timeout=settings.GPUFLEET_DOCKER_TIMEOUT),
+        list_cdi_spec_files(parse_spec_dirs(settings.GPUFLEET_CDI_SPEC_DIRS)),
+        settings.GPUFLEET_VRAM_WARN_PERCENT,
+    )
+
+
+def snapshot_this_host(node: str | None = None) -> dict:
+    """One collection: diagnose this host and package it for ingest."""
+    from gpufleet.agent.fixes import allowed_fixes
+
+    return build_snapshot(diagnose_this_host(), node or settings.GPUFLEET_NODE_NAME, allowed_fixes())

@@ -1,0 +1,13 @@
+"""The Celery app shared by the central site (ingest worker, beat) and the node agents."""
+
+import os
+
+from celery import Celery
+
+import gpufleet.broker  # noqa: F401  registers the fsq:// embedded broker
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpufleet.settings")
+
+app = Celery("gpufleet")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["gpufleet.agent", "gpufleet.fleet", "gpufleet.jobs"])

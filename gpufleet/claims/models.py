@@ -1,0 +1,52 @@
+"""GPU reservations ("claims") on a node. Whether a claim fits is decided by the
+domain ledger (`gpufleet.gpu.Ledger.fit`) only; see `gpufleet.claims.services`."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from gpufleet import gpu
+
+
+class Claim(models.Model):
+    """One workload's reservation on one node: a count of GPUs, every GPU
+    (count 0 and no devices), or named devices (by index or UUID)."""
+
+    node = models.ForeignKey("fleet.Node", on_delete=models.CASCADE, related_name="claims")
+    name = models.CharField(max_length=100)
+    count = models.PositiveIntegerField(default=0)
+    device_ids = models.JSONField(default=list, blank=True)
+    # Device ids of this claim that the node no longer reports; set at ingest.
+    missing_devices = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["node", "name"]
+        constraints = [models.UniqueConstraint(fields=["node", "name"], name="claim_unique_name_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.name} on {self.node.name}: {self.describe()}"
+
+    def as_gpu_claim(self) -> gpu.Claim:
+        return gpu.Claim(name=self.name, count=self.count, device_ids=tuple(self.device_ids))
+
+    @property
+    def mode(self) -> str:
+        if self.device_ids:
+            return "devices"
+        return "all" if self.count <= 0 else "count"
+
+    def describe(self) -> str:
+        if self.mode == "devices":
+            return "GPUs " + ", ".join(self.device_ids)
+        if self.mode == "all":
+            return "all GPUs"
+        return f"{self.count} GPU" + ("" if self.count == 1 else "s")
+
+    def as_audit_dict(self) -> dict:
+        return {"name": self.name, "count": self.count, "device_ids": list(self.device_ids)}

@@ -1,0 +1,197 @@
+"""What the central site knows about each GPU host: the node, its devices (kept
+when they vanish), its latest doctor findings, and per-device history."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from gpufleet import gpu
+
+
+class Health(models.TextChoices):
+    """A node's or finding's status. The order is severity; `colour` names the CSS
+    class, and the label is always shown next to it (never colour alone)."""
+
+    OK = "ok", "OK"
+    WARN = "warn", "Warning"
+    FAIL = "fail", "Failing"
+    OFFLINE = "offline", "Offline"
+
+    @property
+    def colour(self) -> str:
+        return {"ok": "green", "warn": "amber", "fail": "red", "offline": "grey"}[self.value]
+
+    @property
+    def rank(self) -> int:
+        return ["ok", "warn", "fail", "offline"].index(self.value)
+
+
+class Attach(models.TextChoices):
+    CDI = gpu.ATTACH_CDI, "CDI"
+    LEGACY = gpu.ATTACH_LEGACY, "nvidia runtime"
+    NONE = gpu.ATTACH_NONE, "none"
+
+
+def offline_after() -> timedelta:
+    return timedelta(
+        seconds=settings.GPUFLEET_COLLECT_INTERVAL * settings.GPUFLEET_OFFLINE_AFTER_INTERVALS
+    )
+
+
+class NodeQuerySet(models.QuerySet):
+    def stale(self, now=None):
+        """Online nodes that missed too many collect intervals."""
+        now = now or timezone.now()
+        return self.filter(offline=False, last_seen__lt=now - offline_after())
+
+
+class Node(models.Model):
+    """One GPU host, as of its latest accepted snapshot. Fleet-wide figures (GPU
+    count, VRAM, mean utilization, reserved GPUs) are kept on the row so the
+    overview reads one table whatever the fleet size."""
+
+    name = models.CharField(max_length=200, unique=True)
+    first_seen = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now, help_text="When the last snapshot arrived.")
+    collected_at = models.DateTimeField(null=True, blank=True, help_text="When the agent took it.")
+    offline = models.BooleanField(default=False)
+    health = models.CharField(max_length=8, choices=Health.choices, default=Health.OK)
+
+    present = models.BooleanField(default=False)
+    driver_version = models.CharField(max_length=64, blank=True)
+    runtime_installed = models.BooleanField(default=False)
+    toolkit_version = models.CharField(max_length=200, blank=True)
+    attach = models.CharField(max_length=8, choices=Attach.choices, default=Attach.NONE)
+    cdi_spec_files = models.JSONField(default=list, blank=True)
+    cdi_devices = models.JSONField(default=list, blank=True)
+    fixes_allowed = models.JSONField(default=list, blank=True, help_text="Finding codes the agent may fix.")
+
+    gpu_count = models.PositiveIntegerField(default=0)
+    vram_total_mib = models.BigIntegerField(default=0)
+    vram_used_mib = models.BigIntegerField(default=0)
+    utilization_mean = models.FloatField(null=True, blank=True)
+    gpus_reserved = models.PositiveIntegerField(default=0)
+
+    objects = NodeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        permissions = [
+            ("diagnose_node", "Can ask a node to diagnose itself now"),
+            ("apply_fix", "Can apply a doctor fix on a node"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def status(self) -> Health:
+        """Health as shown: a node that stopped reporting is offline, whatever it said last."""
+        return Health.OFFLINE if self.offline else Health(self.health)
+
+    @property
+    def gpus_free(self) -> int:
+        return max(0, self.gpu_count - self.gpus_reserved)
+
+    @property
+    def agent_queue(self) -> str:
+        return f"node.{self.name}"
+
+    def gpu_info(self, devices=None) -> gpu.Info:
+        """The node as the domain sees it, for the ledger. `devices` are the current
+        (not vanished) Device rows; queried when not given."""
+        if devices is None:
+            devices = self.devices.filter(vanished_at__isnull=True)
+        return gpu.Info(
+            present=self.present,
+            driver_version=self.driver_version,
+            devices=tuple(d.as_gpu_device() for d in sorted(devices, key=lambda d: d.index)),
+            runtime_installed=self.runtime_installed,
+            cdi_devices=tuple(self.cdi_devices),
+        )
+
+
+class Device(models.Model):
+    """One GPU of a node, identified by its UUID. A GPU missing from the latest
+    snapshot keeps its row with `vanished_at` set, so the dashboard can say so."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
+    uuid = models.CharField(max_length=100)
+    index = models.IntegerField()
+    name = models.CharField(max_length=200)
+    vram_total_mib = models.BigIntegerField(null=True, blank=True)
+    vram_used_mib = models.BigIntegerField(null=True, blank=True)
+    utilization_percent = models.IntegerField(null=True, blank=True)
+    last_seen = models.DateTimeField(default=timezone.now)
+    vanished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "uuid"], name="device_unique_uuid_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name} GPU {self.index} ({self.uuid})"
+
+    @property
+    def vanished(self) -> bool:
+        return self.vanished_at is not None
+
+    @property
+    def vram_percent(self) -> float | None:
+        if not self.vram_total_mib or self.vram_used_mib is None:
+            return None
+        return 100.0 * self.vram_used_mib / self.vram_total_mib
+
+    def as_gpu_device(self) -> gpu.Device:
+        return gpu.Device(
+            index=self.index,
+            uuid=self.uuid,
+            name=self.name,
+            vram_total_mib=self.vram_total_mib,
+            vram_used_mib=self.vram_used_mib,
+            utilization_percent=self.utilization_percent,
+        )
+
+
+class Finding(models.Model):
+    """One doctor finding of a node's latest snapshot."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="findings")
+    position = models.PositiveIntegerField(default=0)
+    code = models.CharField(max_length=64)
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=8, choices=Health.choices)
+    message = models.TextField(blank=True)
+    fix = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["node", "position"]
+        constraints = [models.UniqueConstraint(fields=["node", "code"], name="finding_unique_code_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name} {self.code}: {self.status}"
+
+    @property
+    def health(self) -> Health:
+        return Health(self.status)
+
+
+class DeviceSample(models.Model):
+    """VRAM used and utilization of one GPU at one collection, for the history charts.
+    Pruned after GPUFLEET_HISTORY_RETENTION_HOURS."""
+
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="samples")
+    collected_at = models.DateTimeField()
+    vram_used_mib = models.BigIntegerField(null=True, blank=True)
+    utilization_percent = models.IntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["device", "collected_at"]
+        indexes = [models.Index(fields=["device", "collected_at"]), models.Index(fields=["collected_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.device} at {self.collected_at:%Y-%m-%d %H:%M:%S}"

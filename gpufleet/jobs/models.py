@@ -1,0 +1,57 @@
+"""Work asked of a node's agent ("diagnose now", "apply fix"), tracked as rows the
+pages poll. The agent never touches the database: it reports progress through
+the ingest queue, and these rows move queued → running → done/failed, or to
+expired when the node does not answer in time."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class JobKind(models.TextChoices):
+    DIAGNOSE = "diagnose", "Diagnose now"
+    FIX = "fix", "Apply fix"
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+    EXPIRED = "expired", "No answer"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobStatus.DONE, JobStatus.FAILED, JobStatus.EXPIRED)
+
+
+OPEN_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
+
+
+class Job(models.Model):
+    node = models.ForeignKey("fleet.Node", on_delete=models.CASCADE, related_name="jobs")
+    kind = models.CharField(max_length=10, choices=JobKind.choices)
+    fix_code = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    output = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status", "created_at"])]
+
+    def __str__(self) -> str:
+        what = f"fix {self.fix_code}" if self.kind == JobKind.FIX else "diagnose"
+        return f"{what} on {self.node.name}: {self.status}"
+
+    @property
+    def finished(self) -> bool:
+        return JobStatus(self.status).finished

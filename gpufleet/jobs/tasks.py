@@ -1,0 +1,15 @@
+"""Central tasks for agent jobs."""
+
+from celery import shared_task
+
+from gpufleet.jobs import services
+
+
+@shared_task(name="gpufleet.jobs.tasks.job_progress", ignore_result=True)
+def job_progress(job_id: int, status: str, output: str = "", error: str = "") -> bool:
+    return services.report_progress(job_id, status, output, error)
+
+
+@shared_task(name="gpufleet.jobs.tasks.expire_jobs", ignore_result=True)
+def expire_jobs() -> int:
+    return services.expire_jobs()

@@ -1,0 +1,72 @@
+"""Shared fixtures: the host fakes, three personas (viewer, operator, admin) and
+the rule that a missing service skips on a developer's machine but fails in CI."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest_plugins = ["tests.fakes.fixtures"]
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def missing_service(reason: str) -> None:
+    """Skip (developer machine) or fail (CI=true): CI never skips a missing service."""
+    if IN_CI:
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _persona(django_user_model, username: str, role: str | None):
+    from django.contrib.auth.models import Group
+
+    user = django_user_model.objects.create_user(username=username, password="pw-" + username)
+    if role:
+        user.groups.add(Group.objects.get(name=role))
+    return user
+
+
+@pytest.fixture
+def viewer(db, django_user_model):
+    return _persona(django_user_model, "vera", "viewer")
+
+
+@pytest.fixture
+def operator(db, django_user_model):
+    return _persona(django_user_model, "otto", "operator")
+
+
+@pytest.fixture
+def admin_user(db, django_user_model):
+    return _persona(django_user_model, "ada", "admin")
+
+
+@pytest.fixture
+def outsider(db, django_user_model):
+    """Logged in, but in no role: may see nothing."""
+    return _persona(django_user_model, "olga", None)
+
+
+def _client_for(user):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def viewer_client(viewer):
+    return _client_for(viewer)
+
+
+@pytest.fixture
+def operator_client(operator):
+    return _client_for(operator)
+
+
+@pytest.fixture
+def admin_role_client(admin_user):
+    return _client_for(admin_user)

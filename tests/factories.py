@@ -1,0 +1,56 @@
+"""Snapshots made the way an agent makes them: the real diagnosis over an
+in-memory host (fake nvidia-smi/nvidia-ctk output and Docker facts)."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timedelta, timezone
+
+from gpufleet import gpu
+from gpufleet.fleet.snapshot import build_snapshot
+from tests.gpu.fakes import FakeDocker, host
+
+H200_UUIDS = [
+    "GPU-a44622e3-2296-6285-0a86-84d0f6c67900",
+    "GPU-4f31bb83-f8dc-d0af-029e-bc4356e6afeb",
+    "GPU-4e9e74b7-4977-f04d-3af3-ccfe5f570e90",
+    "GPU-02dbe542-8a6f-11a4-7c2a-486b7d4e9092",
+    "GPU-cb449822-5571-be90-8303-e7558da3ea66",
+    "GPU-8e137fa6-c3d9-6980-7733-0d8df296756e",
+    "GPU-d9337494-6060-1440-039f-4654245b5764",
+    "GPU-28780eb0-24d5-1f13-59b8-ae5c23617a72",
+]
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    if node == "h200" and index < len(H200_UUIDS):
+        return H200_UUIDS[index]
+    digest = hashlib.sha1(f"{node}/{index}".encode()).hexdigest()[:12]
+    return f"GPU-{index:08x}-0000-0000-0000-{digest}"
+
+
+def smi_rows(node: str, gpus: int, used_mib: int = 1024, total_mib: int = 143771, util: str = "35",
+             driver: str = "570.133.20", name: str = "NVIDIA H200") -> str:
+    return "".join(
+        f"{i}, {gpu_uuid(node, i)}, {name}, {total_mib}, {used_mib}, {util}, {driver}\n" for i in range(gpus)
+    )
+
+
+def diagnosis(node: str = "alpha", gpus: int = 8, attach: str = "legacy", toolkit: str | None = "1.18.2",
+              **smi) -> gpu.HostDiagnosis:
+    runtimes = ("runc", "nvidia") if attach in ("legacy", "cdi") else ("runc",)
+    cdi = tuple(f"nvidia.com/gpu={i}" for i in range(gpus)) if attach == "cdi" else ()
+    runner = host(
+        smi=smi_rows(node, gpus, **smi) if gpus else None,
+        ctk=f"NVIDIA Container Toolkit CLI version {toolkit}\ncommit: 9e88ed3\n" if toolkit else None,
+    )
+    return gpu.diagnose_host(runner, FakeDocker(gpu.DockerInfo(runtimes=runtimes, cdi_devices=cdi)), [])
+
+
+def snapshot(node: str = "alpha", gpus: int = 8, at: datetime | None = None, fixes=(), **kwargs) -> dict:
+    """A valid snapshot dict; `at` defaults to now (UTC)."""
+    return build_snapshot(diagnosis(node, gpus, **kwargs), node, list(fixes), at or datetime.now(timezone.utc))
+
+
+def later(snap: dict, seconds: float = 30) -> datetime:
+    return datetime.fromisoformat(snap["collected_at"]) + timedelta(seconds=seconds)

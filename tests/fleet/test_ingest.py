@@ -1,0 +1,166 @@
+"""Ingest: one snapshot, one transaction, a fixed number of statements."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from gpufleet.claims.models import Claim
+from gpufleet.fleet.ingest import ACCEPTED, REJECTED, STALE, ingest_snapshot
+from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
+from tests.factories import later, snapshot
+
+pytestmark = pytest.mark.django_db
+
+# Per snapshot of a known node: lock the node (insert-if-missing + SELECT FOR
+# UPDATE), mark vanished GPUs, upsert devices, insert samples, replace findings
+# (delete + insert), read claims, save the node; plus the transaction's own
+# statements (BEGIN/COMMIT, or a savepoint inside a test's transaction).
+STATEMENTS_PER_SNAPSHOT = 9
+
+
+def _row_counts():
+    return (Node.objects.count(), Device.objects.count(), Finding.objects.count(), DeviceSample.objects.count())
+
+
+def test_it_stores_an_8_gpu_node():
+    snap = snapshot("h200", gpus=8, used_mib=130013, util="100")
+    assert ingest_snapshot(snap).outcome == ACCEPTED
+
+    node = Node.objects.get(name="h200")
+    assert node.gpu_count == 8
+    assert node.vram_total_mib == 8 * 143771
+    assert node.vram_used_mib == 8 * 130013
+    assert node.utilization_mean == 100
+    assert node.attach == "legacy"
+    assert node.health == "warn"  # 130013/143771 = 90.4 % >= 90
+    assert list(node.devices.values_list("index", flat=True)) == list(range(8))
+    assert node.devices.get(index=0).uuid == "GPU-a44622e3-2296-6285-0a86-84d0f6c67900"
+    codes = list(node.findings.values_list("code", flat=True))
+    assert codes[:2] == ["driver", "gpu0"] and {"toolkit", "cdi", "runtime", "attach"} <= set(codes)
+    assert DeviceSample.objects.filter(device__node=node).count() == 8
+
+
+@pytest.mark.parametrize("gpus", [1, 8, 64])
+def test_it_uses_a_fixed_number_of_statements_whatever_the_gpu_count(gpus):
+    first = snapshot("n", gpus=gpus)
+    ingest_snapshot(first)
+    second = snapshot("n", gpus=gpus, at=later(first))
+    Claim.objects.create(node=Node.objects.get(name="n"), name="job", count=1)
+    with CaptureQueriesContext(connection) as ctx:
+        assert ingest_snapshot(second).outcome == ACCEPTED
+    statements = [q["sql"] for q in ctx.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    assert len(statements) == STATEMENTS_PER_SNAPSHOT, "\n".join(s[:80] for s in statements)
+    assert Device.objects.filter(node__name="n").count() == gpus
+
+
+def _malformed():
+    good = snapshot("bad", gpus=2)
+    cases = {}
+
+    def case(name, mutate):
+        data = copy.deepcopy(good)
+        mutate(data)
+        cases[name] = data
+
+    case("no schema_version", lambda d: d.pop("schema_version"))
+    case("future schema_version", lambda d: d.update(schema_version=2))
+    case("unknown key", lambda d: d.update(extra=1))
+    case("index as text", lambda d: d["devices"][0].update(index="0"))
+    case("negative memory", lambda d: d["devices"][0].update(vram_used_mib=-1))
+    case("utilization over 100", lambda d: d["devices"][0].update(utilization_percent=101))
+    case("bad status", lambda d: d["findings"][0].update(status="bad"))
+    case("duplicate uuid", lambda d: d["devices"][1].update(uuid=d["devices"][0]["uuid"]))
+    case("no findings", lambda d: d.update(findings=[]))
+    case("naive timestamp", lambda d: d.update(collected_at="2026-12-01T10:00:00"))
+    case("bad node name", lambda d: d.update(node="../etc"))
+    case("devices but not present", lambda d: d.update(present=False))
+    case("far future", lambda d: d.update(collected_at=(datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()))
+    cases["not a dict"] = ["nope"]
+    return cases
+
+
+@pytest.mark.parametrize("name", list(_malformed()))
+def test_it_rejects_a_malformed_snapshot_and_writes_nothing(name, caplog):
+    data = _malformed()[name]
+    before = _row_counts()
+    with caplog.at_level(logging.WARNING, logger="gpufleet.fleet.ingest"):
+        result = ingest_snapshot(data)
+    assert result.outcome == REJECTED
+    assert result.reason
+    assert _row_counts() == before
+    assert any("rejected snapshot" in r.getMessage() and result.reason in r.getMessage() for r in caplog.records)
+
+
+def test_it_ignores_a_snapshot_older_than_the_stored_one():
+    new = snapshot("n", gpus=2, used_mib=5000)
+    old = snapshot("n", gpus=2, used_mib=100, at=later(new, -60))
+    assert ingest_snapshot(new).outcome == ACCEPTED
+    assert ingest_snapshot(old).outcome == STALE
+    assert ingest_snapshot(new).outcome == STALE  # a duplicate delivery changes nothing
+    assert Node.objects.get(name="n").vram_used_mib == 2 * 5000
+    assert DeviceSample.objects.count() == 2
+
+
+def test_it_keeps_a_vanished_gpu_visible_and_brings_it_back():
+    first = snapshot("n", gpus=4)
+    ingest_snapshot(first)
+    second = snapshot("n", gpus=3, at=later(first))
+    ingest_snapshot(second)
+    node = Node.objects.get(name="n")
+    assert node.gpu_count == 3
+    gone = Device.objects.get(node=node, index=3)
+    assert gone.vanished_at is not None
+    assert node.devices.filter(vanished_at__isnull=True).count() == 3
+
+    ingest_snapshot(snapshot("n", gpus=4, at=later(second)))
+    gone.refresh_from_db()
+    assert gone.vanished_at is None
+
+
+def test_it_flags_claims_on_devices_that_no_longer_exist():
+    first = snapshot("n", gpus=4)
+    ingest_snapshot(first)
+    node = Node.objects.get(name="n")
+    uuid3 = node.devices.get(index=3).uuid
+    pinned = Claim.objects.create(node=node, name="pinned", device_ids=["3", uuid3.lower()])
+    fine = Claim.objects.create(node=node, name="fine", device_ids=["0"])
+
+    ingest_snapshot(snapshot("n", gpus=3, at=later(first)))
+    pinned.refresh_from_db()
+    fine.refresh_from_db()
+    assert pinned.missing_devices == ["3", uuid3.lower()]
+    assert fine.missing_devices == []
+    assert Node.objects.get(name="n").gpus_reserved == 1  # only GPU 0 still exists to be held
+
+
+def test_it_replaces_findings_with_the_latest():
+    first = snapshot("n", gpus=1, toolkit="1.18.2")
+    ingest_snapshot(first)
+    ingest_snapshot(snapshot("n", gpus=1, toolkit=None, at=later(first)))
+    toolkit = Finding.objects.get(node__name="n", code="toolkit")
+    assert toolkit.status == "warn"
+    assert Finding.objects.filter(node__name="n", code="toolkit").count() == 1
+
+
+def test_it_writes_nothing_when_a_step_fails_midway(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(Finding.objects, "bulk_create", broken)
+    with pytest.raises(RuntimeError):
+        ingest_snapshot(snapshot("n", gpus=2))
+    assert _row_counts() == (0, 0, 0, 0)
+
+
+def test_it_brings_an_offline_node_back_online():
+    first = snapshot("n", gpus=1)
+    ingest_snapshot(first)
+    Node.objects.filter(name="n").update(offline=True)
+    ingest_snapshot(snapshot("n", gpus=1, at=later(first)))
+    assert Node.objects.get(name="n").offline is False
