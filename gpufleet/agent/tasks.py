@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from celery.signals import worker_ready
+from django.conf import settings
 
 from gpufleet.agent.fixes import apply_fix as run_fix
 from gpufleet.agent.host import snapshot_this_host
@@ -33,3 +35,10 @@ def apply_fix(self, job_id: int, code: str) -> None:
     status = "done" if result.ok else "failed"
     self.app.send_task(JOB_PROGRESS, args=[job_id, status, result.output, result.error], queue="ingest")
     self.app.send_task(INGEST, args=[snapshot_this_host(), None], queue="ingest")
+
+
+@worker_ready.connect
+def collect_at_start(sender, **kwargs) -> None:
+    """An agent reports as soon as it starts, not one interval later."""
+    if settings.GPUFLEET_ROLE == "agent":
+        collect.apply_async(queue=f"node.{settings.GPUFLEET_NODE_NAME}")

@@ -1,0 +1,333 @@
+"""The host behind narrow interfaces: commands, the Docker Engine API, CDI spec files.
+
+Diagnosis code only sees `Runner` and `DockerFacts`; tests swap in their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+COMMAND_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one host command did. `error` is set when it never produced an exit code
+    (binary missing, not executable, timed out); `exit_code` is None then."""
+
+    argv: tuple[str, ...]
+    exit_code: int | None
+    stdout: str = ""
+    stderr: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.exit_code == 0
+
+
+class Runner(Protocol):
+    def run(
+        self, argv: Sequence[str], timeout: float = COMMAND_TIMEOUT_S
+    ) -> CommandResult: ...
+
+
+@dataclass(frozen=True)
+class DockerInfo:
+    """The facts of one `GET /info`. `error` says why Docker could not be asked."""
+
+    runtimes: tuple[str, ...] = ()
+    cdi_devices: tuple[str, ...] = ()
+    error: str = ""
+
+
+class DockerFacts(Protocol):
+    def info(self) -> DockerInfo: ...
+
+
+# --- Real implementations -----------------------------------------------------------------
+
+_REASON_MAX = 200
+
+
+def _shorten(text: str, limit: int = _REASON_MAX) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _decode(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", errors="replace")
+
+
+class SubprocessRunner:
+    """Runs host commands directly (never through a shell) with `LC_ALL=C`.
+
+    The command gets its own session, so on timeout the whole process group is killed:
+    a hung script whose children still hold stdout cannot block the caller.
+    """
+
+    def __init__(self, env: Mapping[str, str] | None = None):
+        # env=None: the current os.environ at each run (PATH honoured).
+        self._env = env
+
+    def run(
+        self, argv: Sequence[str], timeout: float = COMMAND_TIMEOUT_S
+    ) -> CommandResult:
+        args = tuple(str(a) for a in argv)
+        if not args:
+            return CommandResult(argv=args, exit_code=None, error="empty command")
+        name = args[0]
+        env = dict(os.environ if self._env is None else self._env)
+        env["LC_ALL"] = "C"
+        try:
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            if shutil.which(
+                name, path=env.get("PATH")
+            ):  # found, but its interpreter is not
+                error = f"{name} could not be run: its interpreter was not found"
+            else:
+                error = f"{name} not found" + ("" if os.sep in name else " on PATH")
+            return CommandResult(argv=args, exit_code=None, error=error)
+        except PermissionError as exc:
+            return CommandResult(
+                argv=args,
+                exit_code=None,
+                error=f"{name} could not be run: {exc.strerror or 'permission denied'}",
+            )
+        except OSError as exc:
+            return CommandResult(
+                argv=args,
+                exit_code=None,
+                error=f"{name} could not be run: {exc.strerror or exc}",
+            )
+
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            out, err = self._kill(proc)
+            return CommandResult(
+                argv=args,
+                exit_code=None,
+                stdout=_decode(out),
+                stderr=_decode(err),
+                error=f"{name} timed out after {timeout:g} s",
+            )
+        except BaseException:
+            self._kill(proc)
+            raise
+        return CommandResult(
+            argv=args,
+            exit_code=proc.returncode,
+            stdout=_decode(out),
+            stderr=_decode(err),
+        )
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen) -> tuple[bytes, bytes]:
+        """Kill the command's whole process group; return what output it left."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # already gone
+        try:
+            out, err = proc.communicate(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            # Something outside the group still holds the pipes: stop reading.
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            proc.kill()
+            proc.wait()
+            out, err = b"", b""
+        return out or b"", err or b""
+
+
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+NVIDIA_CDI_PREFIX = "nvidia.com/gpu="
+
+
+def docker_info_from_payload(payload: object) -> DockerInfo:
+    """Runtimes and NVIDIA CDI devices from a decoded Engine API `/info` body."""
+    if not isinstance(payload, dict):
+        raise TypeError(f"/info answered {type(payload).__name__}, not an object")
+    runtimes = payload.get("Runtimes") or {}
+    if not isinstance(runtimes, dict):
+        raise TypeError("/info key Runtimes is not an object")
+    devices = payload.get("DiscoveredDevices") or []
+    if not isinstance(devices, list):
+        raise TypeError("/info key DiscoveredDevices is not a list")
+    cdi: list[str] = []
+    for entry in devices:
+        if not isinstance(entry, dict):
+            continue
+        source, ident = entry.get("Source"), entry.get("ID")
+        if (
+            isinstance(source, str)
+            and source.lower() == "cdi"
+            and isinstance(ident, str)
+            and ident.startswith(NVIDIA_CDI_PREFIX)
+            and ident not in cdi
+        ):
+            cdi.append(ident)
+    return DockerInfo(runtimes=tuple(str(k) for k in runtimes), cdi_devices=tuple(cdi))
+
+
+def _root_causes(exc: BaseException) -> Iterator[BaseException]:
+    """Walk an exception, its causes and exception arguments (urllib3 nests them there)."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo and len(seen) < 50:
+        cur = todo.pop(0)
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        yield cur
+        todo.extend(a for a in getattr(cur, "args", ()) if isinstance(a, BaseException))
+        for nxt in (cur.__cause__, cur.__context__, getattr(cur, "reason", None)):
+            if isinstance(nxt, BaseException):
+                todo.append(nxt)
+
+
+def _docker_reason(exc: BaseException, timeout: float) -> str:
+    import requests
+
+    for cause in _root_causes(exc):
+        if isinstance(cause, json.JSONDecodeError):
+            return _shorten(f"the answer is not JSON ({cause.msg} at char {cause.pos})")
+        if isinstance(cause, FileNotFoundError):
+            return "no socket there (is dockerd running?)"
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused (is dockerd running?)"
+        if isinstance(cause, PermissionError):
+            return "permission denied on the socket"
+        if isinstance(cause, (requests.exceptions.Timeout, TimeoutError)) or (
+            type(cause).__name__
+            in {"ReadTimeoutError", "ConnectTimeoutError", "timeout"}
+        ):
+            return f"no answer within {timeout:g} s"
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if status is not None:
+        explanation = getattr(exc, "explanation", None) or ""
+        return _shorten(f"HTTP {status} {explanation}".strip())
+    if isinstance(exc, ValueError) and not str(exc):
+        return "invalid response"
+    return _shorten(str(exc) or type(exc).__name__)
+
+
+class EngineDocker:
+    """`DockerFacts` from the Docker Engine API (`GET /info`) via docker-py; never the CLI.
+
+    base_url=None resolves DOCKER_HOST (else unix:///var/run/docker.sock) at each call.
+    """
+
+    def __init__(self, base_url: str | None = None, timeout: float = 5.0):
+        self._base_url = base_url
+        self.timeout = timeout
+
+    @property
+    def url(self) -> str:
+        return self._base_url or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+
+    def info(self) -> DockerInfo:
+        url = self.url
+        client = None
+        try:
+            import docker
+            import docker.errors
+            import requests
+
+            errors: tuple[type[BaseException], ...] = (
+                docker.errors.DockerException,
+                requests.exceptions.RequestException,
+                OSError,
+                ValueError,
+                TypeError,
+                KeyError,
+            )
+        except ImportError as exc:  # pragma: no cover - docker is a hard requirement
+            return DockerInfo(error=f"Docker at {url} is unreachable: {exc}")
+        try:
+            client = docker.DockerClient(base_url=url, timeout=self.timeout)
+            return docker_info_from_payload(client.info())
+        except errors as exc:
+            return DockerInfo(
+                error=f"Docker at {url} is unreachable: {_docker_reason(exc, self.timeout)}"
+            )
+        finally:
+            if client is not None:
+                with contextlib.suppress(Exception):  # closing must not mask the answer
+                    client.close()
+
+
+DEFAULT_CDI_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
+CDI_SPEC_SUFFIXES: tuple[str, ...] = (".yaml", ".yml", ".json")
+CDI_SPEC_MARKER = "nvidia.com/gpu"
+CDI_SPEC_READ_LIMIT = 1024 * 1024
+
+
+def parse_spec_dirs(value: str | None) -> list[str]:
+    """GPUFLEET_CDI_SPEC_DIRS: colon-separated; unset or blank means the default dirs."""
+    parts = [p.strip() for p in (value or "").split(":")]
+    dirs = [p for p in parts if p]
+    if not dirs:
+        return list(DEFAULT_CDI_SPEC_DIRS)
+    unique: list[str] = []
+    for d in dirs:
+        if d not in unique:
+            unique.append(d)
+    return unique
+
+
+def _mentions_nvidia(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(CDI_SPEC_READ_LIMIT)
+    except OSError:
+        return False
+    return CDI_SPEC_MARKER in head.decode("utf-8", errors="ignore")
+
+
+def list_cdi_spec_files(dirs: Sequence[str]) -> list[str]:
+    """NVIDIA CDI spec files in `dirs`: regular files ending .yaml/.yml/.json whose content
+    mentions nvidia.com/gpu. Each file counts once even when reached twice (a dir listed
+    twice, /var/run vs /run, a symlink); paths come back as found. Unreadable dirs are skipped."""
+    found: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    for directory in dirs:
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for name in names:
+            if not name.endswith(CDI_SPEC_SUFFIXES):
+                continue
+            path = os.path.join(directory, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            key = (st.st_dev, st.st_ino)
+            if key in seen or not _mentions_nvidia(path):
+                continue
+            seen.add(key)
+            found.append(path)
+    return found

@@ -1,0 +1,68 @@
+"""Shared body of the fake `nvidia-smi` and `nvidia-ctk` executables (stdlib only).
+
+Behaviour comes from environment variables, PREFIX being SMI or CTK:
+
+    FAKE_<PREFIX>_STDOUT    file whose bytes go to stdout (default: the recorded healthy output)
+    FAKE_<PREFIX>_STDERR    file whose bytes go to stderr (default: nothing)
+    FAKE_<PREFIX>_EXIT      exit code (default 0)
+    FAKE_<PREFIX>_HANG=1    after printing, start a child that keeps stdout/stderr open and
+                            sleep forever (a stuck driver call)
+    FAKE_<PREFIX>_PIDFILE   with HANG: write "<own pid> <child pid>" there once both run
+    FAKE_TOOL_LOG           append one JSON line per call: tool, argv, LC_ALL, PATH
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+DATA = os.path.join(os.path.dirname(HERE), "data")
+DEFAULT_STDOUT = {"SMI": "smi-8x-h200.csv", "CTK": "ctk-1.18.2.txt"}
+
+
+def _copy(path: str, stream) -> None:
+    with open(path, "rb") as fh:
+        stream.buffer.write(fh.read())
+    stream.flush()
+
+
+def main(prefix: str) -> int:
+    env = os.environ
+    log = env.get("FAKE_TOOL_LOG")
+    if log:
+        entry = {
+            "tool": os.path.basename(sys.argv[0]),
+            "argv": sys.argv[1:],
+            "lc_all": env.get("LC_ALL"),
+            "path": env.get("PATH"),
+        }
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry) + "\n")
+
+    stdout = env.get(f"FAKE_{prefix}_STDOUT")
+    if stdout is None:
+        stdout = os.path.join(DATA, DEFAULT_STDOUT[prefix])
+    if stdout:
+        _copy(stdout, sys.stdout)
+    stderr = env.get(f"FAKE_{prefix}_STDERR")
+    if stderr:
+        _copy(stderr, sys.stderr)
+
+    if env.get(f"FAKE_{prefix}_HANG") == "1":
+        child = subprocess.Popen(  # inherits stdout/stderr: the pipes stay open
+            [sys.executable, "-c", "import time; time.sleep(3600)"]
+        )
+        pidfile = env.get(f"FAKE_{prefix}_PIDFILE")
+        if pidfile:
+            tmp = pidfile + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(f"{os.getpid()} {child.pid}\n")
+            os.replace(tmp, pidfile)
+        while True:
+            time.sleep(3600)
+
+    return int(env.get(f"FAKE_{prefix}_EXIT", "0") or 0)
