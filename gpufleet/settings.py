@@ -97,6 +97,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+    # A file, not memory, so worker processes started by integration tests see it.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -146,8 +148,8 @@ GPUFLEET_NODE_NAME = os.environ.get("GPUFLEET_NODE_NAME") or socket.gethostname(
 GPUFLEET_COLLECT_INTERVAL = env_float("GPUFLEET_COLLECT_INTERVAL", 30.0, minimum=1.0)
 # Out-of-range values are ignored by the diagnosis itself (it falls back to 90).
 GPUFLEET_VRAM_WARN_PERCENT = env_float("GPUFLEET_VRAM_WARN_PERCENT", 90.0)
-GPUFLEET_CDI_SPEC_DIRS = os.environ.get("GPUFLEET_CDI_SPEC_DIRS", "/etc/cdi:/var/run/cdi")
-DOCKER_HOST = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+# PATH, DOCKER_HOST (default unix:///var/run/docker.sock) and GPUFLEET_CDI_SPEC_DIRS
+# (default /etc/cdi:/var/run/cdi) are read by the agent at each collection.
 GPUFLEET_DOCKER_TIMEOUT = env_float("GPUFLEET_DOCKER_TIMEOUT", 5.0, minimum=0.1)
 # A node counts as offline after this many collect intervals without a snapshot.
 GPUFLEET_OFFLINE_AFTER_INTERVALS = 3

@@ -1,7 +1,12 @@
 """This host, as the agent sees it: the domain diagnosis wired to the real
-commands, Docker socket and CDI spec folders named by the settings."""
+commands, Docker socket and CDI spec folders.
+
+PATH, DOCKER_HOST and GPUFLEET_CDI_SPEC_DIRS are read from the environment at
+each collection (as the tools themselves would), not frozen at start-up."""
 
 from __future__ import annotations
+
+import os
 
 from django.conf import settings
 
@@ -13,8 +18,8 @@ from gpufleet.gpu.host import EngineDocker, SubprocessRunner, list_cdi_spec_file
 def diagnose_this_host(runner: gpu.Runner | None = None) -> gpu.HostDiagnosis:
     return gpu.diagnose_host(
         runner or SubprocessRunner(),
-        EngineDocker(settings.DOCKER_HOST, timeout=settings.GPUFLEET_DOCKER_TIMEOUT),
-        list_cdi_spec_files(parse_spec_dirs(settings.GPUFLEET_CDI_SPEC_DIRS)),
+        EngineDocker(timeout=settings.GPUFLEET_DOCKER_TIMEOUT),
+        list_cdi_spec_files(parse_spec_dirs(os.environ.get("GPUFLEET_CDI_SPEC_DIRS"))),
         settings.GPUFLEET_VRAM_WARN_PERCENT,
     )
 

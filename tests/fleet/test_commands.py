@@ -1,0 +1,165 @@
+"""manage.py doctor and collect --once, on a fake host at the boundary
+(fake nvidia-smi / nvidia-ctk on PATH, a Docker Engine API on a unix socket)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from gpufleet.fleet.models import Node
+
+REPO = Path(__file__).resolve().parents[2]
+DOCTOR_KEYS = [
+    "node", "present", "driver_version", "devices", "runtime_installed", "toolkit_version",
+    "cdi_spec_files", "cdi_devices", "attach", "findings",
+]
+DEVICE_KEYS = ["index", "uuid", "name", "vram_total_mib", "vram_used_mib", "utilization_percent"]
+
+
+def _doctor_json(capsys) -> tuple[dict, int]:
+    code = 0
+    try:
+        call_command("doctor", json=True)
+    except SystemExit as exc:
+        code = exc.code
+    return json.loads(capsys.readouterr().out), code
+
+
+def _finding(report: dict, code: str) -> dict:
+    return next(f for f in report["findings"] if f["code"] == code)
+
+
+def test_it_reports_an_8_gpu_cdi_host_in_the_documented_keys(fake_host, capsys, settings):
+    settings.GPUFLEET_NODE_NAME = "gpu-a"
+    fake_host.write_cdi_spec()
+    report, code = _doctor_json(capsys)
+    assert code == 0
+    assert list(report) == DOCTOR_KEYS
+    assert report["node"] == "gpu-a"
+    assert len(report["devices"]) == 8 and list(report["devices"][0]) == DEVICE_KEYS
+    assert report["attach"] == "cdi"
+    assert report["runtime_installed"] is True
+    assert report["toolkit_version"].endswith("1.18.2")
+    assert report["cdi_spec_files"] == [str(fake_host.run_cdi / "nvidia.yaml")]
+    assert all(d.startswith("nvidia.com/gpu=") for d in report["cdi_devices"])
+    assert [f["code"] for f in report["findings"]][:9] == ["driver"] + [f"gpu{i}" for i in range(8)]
+    # The recorded H200s: GPU 0 has 130013 of 143771 MiB in use (90.4 %), GPU 7 58071.
+    assert _finding(report, "gpu0")["status"] == "warn"
+    assert _finding(report, "gpu7")["status"] == "ok"
+    assert all(_finding(report, c)["status"] == "ok" for c in ("driver", "toolkit", "cdi", "runtime", "attach"))
+
+
+def test_it_exits_1_and_says_why_when_there_is_no_gpu(fake_host, capsys):
+    fake_host.smi_missing()
+    report, code = _doctor_json(capsys)
+    assert code == 1
+    assert report["present"] is False and report["devices"] == [] and report["attach"] == "none"
+    driver = _finding(report, "driver")
+    assert driver["status"] == "fail"
+    assert "nvidia-smi not found" in driver["message"]
+    assert driver["fix"]
+
+
+@pytest.mark.parametrize("recorded, words", [
+    ("error-9", "couldn't communicate with the NVIDIA driver"),
+    ("error-18", "Driver/library version mismatch"),
+])
+def test_it_keeps_nvidia_smi_error_texts_and_exit_codes(fake_host, capsys, recorded, words):
+    fake_host.smi(recorded)
+    report, code = _doctor_json(capsys)
+    message = _finding(report, "driver")["message"]
+    assert code == 1
+    assert words in message
+    assert ("code 9" if recorded == "error-9" else "code 18") in message
+
+
+def test_it_gives_up_on_a_hung_nvidia_smi(fake_host, capsys, monkeypatch):
+    import gpufleet.gpu.devices as devices
+
+    monkeypatch.setattr(devices, "COMMAND_TIMEOUT_S", 1.0)
+    fake_host.smi_hang()
+    started = time.monotonic()
+    report, code = _doctor_json(capsys)
+    assert time.monotonic() - started < 5
+    assert code == 1
+    assert "timed out" in _finding(report, "driver")["message"]
+
+
+def test_it_records_an_unreachable_docker_instead_of_crashing(fake_host, capsys):
+    url = fake_host.docker_unreachable()
+    report, code = _doctor_json(capsys)
+    assert code == 1  # attach has no way in
+    assert report["runtime_installed"] is False and report["attach"] == "none"
+    runtime = _finding(report, "runtime")
+    assert runtime["status"] == "warn" and "unreachable" in runtime["message"] and url in runtime["message"]
+
+
+def test_it_honours_the_environment_when_run_as_a_command(fake_host, tmp_path):
+    fake_host.smi("a40")
+    env = {**os.environ, **fake_host.env(), "GPUFLEET_NODE_NAME": "a40-box", "GPUFLEET_DATA_DIR": str(tmp_path)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "doctor", "--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    report = json.loads(proc.stdout)
+    assert report["node"] == "a40-box"
+    assert [d["name"] for d in report["devices"]] == ["NVIDIA A40"] * 8
+    # Six of the A40s are over 90 % VRAM in the recorded output: warnings, not failures.
+    assert proc.returncode == 0, proc.stderr
+    assert any(f["status"] == "warn" for f in report["findings"])
+
+
+def test_it_prints_a_readable_report_without_json(fake_host, capsys):
+    call_command("doctor")
+    out = capsys.readouterr().out
+    assert "[OK  ] NVIDIA driver:" in out
+    assert "GPU 7" in out
+
+
+@pytest.mark.django_db
+def test_collect_once_records_an_8_gpu_node_with_its_findings(fake_host, capsys):
+    call_command("collect", once=True, node="h200-01")
+    node = Node.objects.get(name="h200-01")
+    assert node.gpu_count == 8 and node.present and node.attach == "cdi"
+    assert node.devices.filter(vanished_at__isnull=True).count() == 8
+    findings = dict(node.findings.values_list("code", "status"))
+    assert findings["driver"] == "ok" and findings["runtime"] == "ok" and findings["attach"] == "ok"
+    assert findings["toolkit"] == "ok"
+    assert "h200-01: snapshot accepted; 8 GPU(s)" in capsys.readouterr().out
+
+
+@pytest.mark.django_db
+def test_collect_once_records_this_host_without_a_gpu(fake_host, settings):
+    settings.GPUFLEET_NODE_NAME = "plain"
+    fake_host.smi_missing()
+    call_command("collect", once=True)
+    node = Node.objects.get(name="plain")
+    assert node.gpu_count == 0 and node.health == "fail"
+    driver = node.findings.get(code="driver")
+    assert driver.status == "fail" and "not found" in driver.message
+
+
+@pytest.mark.django_db
+def test_collect_once_needs_once():
+    with pytest.raises(CommandError):
+        call_command("collect")
+
+
+@pytest.mark.django_db
+def test_collect_once_against_a_real_docker_daemon(fake_host, real_dockerd, monkeypatch):
+    """Runtime detection through the Engine API of a real dockerd (nvidia runtime
+    registered in its daemon.json, no GPU, no CDI devices: Docker 20.10 has none)."""
+    monkeypatch.setenv("DOCKER_HOST", real_dockerd)
+    call_command("collect", once=True, node="real-docker")
+    node = Node.objects.get(name="real-docker")
+    assert node.runtime_installed is True
+    assert node.attach == "legacy"
+    assert node.cdi_devices == []
+    assert node.findings.get(code="runtime").status == "ok"

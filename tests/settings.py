@@ -1,0 +1,12 @@
+"""Test settings: the project's own, with state kept in a scratch folder (the
+SQLite file, the embedded broker, beat schedules), never in the checkout."""
+
+import os
+import tempfile
+
+os.environ.setdefault("GPUFLEET_DATA_DIR", tempfile.mkdtemp(prefix="gpufleet-test-"))
+
+from gpufleet.settings import *  # noqa: E402,F403
+
+# Fast hashing for the personas' passwords; the real hasher is tested by Django.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
