@@ -1,0 +1,73 @@
+"""Brokers for the integration tests: real Redis (CI's, or a developer's on the
+default port) and the embedded file broker. The test process itself sends
+through the same broker as the workers it starts."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import missing_service
+
+DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
+
+
+@dataclass
+class Broker:
+    kind: str
+    url: str
+    data_dir: Path
+    transport_options: dict = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        return {"CELERY_BROKER_URL": self.url, "GPUFLEET_DATA_DIR": str(self.data_dir)}
+
+
+def _redis_url() -> str:
+    url = os.environ.get("CELERY_BROKER_URL", "")
+    return url if url.startswith("redis://") else DEFAULT_REDIS
+
+
+def _check_redis(url: str) -> None:
+    import redis
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2).ping()
+    except redis.RedisError as exc:
+        missing_service(f"Redis at {url} is not reachable ({exc})")
+
+
+def _use_broker(app, url: str, options: dict) -> tuple:
+    before = (app.conf.broker_url, app.conf.broker_transport_options)
+    app.conf.broker_url = url
+    app.conf.broker_transport_options = options
+    app._pool = None  # drop pooled connections to the previous broker
+    app.amqp._producer_pool = None
+    return before
+
+
+@pytest.fixture(params=["redis", "embedded"])
+def broker(request, tmp_path):
+    from gpufleet.celery import app
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    if request.param == "redis":
+        url = _redis_url()
+        _check_redis(url)
+        chosen = Broker("redis", url, data_dir)
+    else:
+        chosen = Broker("embedded", "fsq://", data_dir, {"folder": str(data_dir / "broker")})
+    before = _use_broker(app, chosen.url, chosen.transport_options)
+    yield chosen
+    _use_broker(app, *before)
+
+
+@pytest.fixture
+def node_name() -> str:
+    # Unique per test: Redis queues outlive a test run.
+    return f"it-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,65 @@
+"""The real loop: agent worker (with its beat) → broker → ingest worker → database,
+and "diagnose now" from the site back to the agent, on Redis and on the embedded
+broker. Workers are real `celery worker` processes on a fake GPU host."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.fleet.models import Node
+from gpufleet.jobs.models import Job, JobStatus
+from gpufleet.jobs.services import request_diagnosis
+from tests.integration.workers import celery_worker, database_url_for_workers, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+INTERVAL = "1"
+
+
+def _env(broker, role: str, node: str, fake_host=None) -> dict[str, str]:
+    env = {**broker.env(), "DATABASE_URL": database_url_for_workers(), "GPUFLEET_ROLE": role,
+           "GPUFLEET_NODE_NAME": node, "GPUFLEET_COLLECT_INTERVAL": INTERVAL}
+    if fake_host is not None:
+        env.update(fake_host.env())
+    return env
+
+
+def test_agent_snapshots_reach_the_database_and_diagnose_now_comes_back(broker, fake_host, node_name, admin_user, tmp_path):
+    central_env = _env(broker, "central", "central")
+    agent_env = _env(broker, "agent", node_name, fake_host)
+    with celery_worker("ingest", "ingest", central_env, beat_file=tmp_path / "beat-central") as ingest, \
+         celery_worker("agent", f"node.{node_name}", agent_env, beat_file=tmp_path / "beat-agent") as agent:
+        workers = (ingest, agent)
+        node = wait_for(lambda: Node.objects.filter(name=node_name, gpu_count=8).first(), 30,
+                        "the agent's first snapshot", workers)
+        assert node.attach == "cdi" and node.findings.filter(code="driver", status="ok").exists()
+
+        # Beat keeps collecting: a later snapshot replaces the first.
+        first = node.collected_at
+        wait_for(lambda: Node.objects.get(pk=node.pk).collected_at > first, 15, "a second scheduled snapshot", workers)
+
+        job = request_diagnosis(node, admin_user)
+        done = wait_for(lambda: Job.objects.filter(pk=job.pk, status=JobStatus.DONE).first(), 20,
+                        "the diagnose-now job", workers)
+        assert done.started_at is not None and done.finished_at >= done.started_at
+
+    # Agent gone: the central beat marks the node offline after 3 missed intervals.
+    with celery_worker("ingest", "ingest", central_env, beat_file=tmp_path / "beat-central") as ingest:
+        wait_for(lambda: Node.objects.get(pk=node.pk).offline, 20, "the node to go offline", (ingest,))
+
+
+def test_a_malformed_snapshot_through_the_broker_is_rejected_and_the_worker_goes_on(broker, node_name, tmp_path):
+    from gpufleet.celery import app
+    from tests.factories import snapshot
+
+    with celery_worker("ingest", "ingest", _env(broker, "central", "central")) as ingest:
+        bad = snapshot(node_name, gpus=2)
+        bad["devices"][0]["index"] = "zero"
+        app.send_task("gpufleet.fleet.tasks.ingest", args=[bad, None], queue="ingest")
+        app.send_task("gpufleet.fleet.tasks.ingest", args=["not a snapshot", None], queue="ingest")
+        app.send_task("gpufleet.fleet.tasks.ingest", args=[snapshot(node_name, gpus=2), None], queue="ingest")
+        node = wait_for(lambda: Node.objects.filter(name=node_name).first(), 20, "the good snapshot", (ingest,))
+        assert node.gpu_count == 2
+        assert node.devices.count() == 2  # nothing of the bad one was written
+        wait_for(lambda: sum("rejected snapshot" in line for line in ingest.lines) >= 2, 10,
+                 "both rejections in the worker log", (ingest,))

@@ -1,0 +1,121 @@
+"""The README's first command on embedded defaults: `manage.py up` with SQLite and
+the embedded broker, on a fake GPU host. Then the real mix under load: both
+beats ticking, the agent collecting, while a burst of snapshots and "diagnose
+now" requests from the site goes through the embedded broker."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+
+import pytest
+
+from tests.integration.workers import REPO
+
+pytestmark = pytest.mark.integration
+
+BURST_NODES, SNAPSHOTS_PER_NODE, DIAGNOSES = 200, 5, 5
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _query(db, sql, *args):
+    with sqlite3.connect(db, timeout=20) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def _wait(predicate, timeout, what, up):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except sqlite3.OperationalError:  # tables not there yet
+            value = None
+        if value:
+            return value
+        if up.poll() is not None:
+            raise AssertionError(f"up exited with {up.returncode} while waiting for {what}")
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+BURST = textwrap.dedent(f"""
+    from datetime import datetime, timedelta, timezone
+    from gpufleet.celery import app
+    from gpufleet.fleet.models import Node
+    from gpufleet.jobs.services import request_diagnosis
+    from django.contrib.auth import get_user_model
+    from tests.factories import snapshot
+    t0 = datetime.now(timezone.utc) - timedelta(minutes=1)
+    node = Node.objects.get(name="this-host")
+    admin = get_user_model().objects.get(username="admin")
+    jobs = []
+    for k in range({SNAPSHOTS_PER_NODE}):
+        for n in range({BURST_NODES}):
+            snap = snapshot(f"burst-{{n}}", gpus=1, at=t0 + timedelta(seconds=k))
+            app.send_task("gpufleet.fleet.tasks.ingest", args=[snap, None], queue="ingest")
+        if k < {DIAGNOSES}:
+            jobs.append(request_diagnosis(node, admin).pk)
+    print("jobs", jobs)
+""")
+
+
+def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
+    port = _free_port()
+    data = tmp_path / "data"
+    env = {**os.environ, **fake_host.env(), "GPUFLEET_DATA_DIR": str(data), "GPUFLEET_NODE_NAME": "this-host",
+           "GPUFLEET_COLLECT_INTERVAL": "2", "PYTHONUNBUFFERED": "1"}
+    for name in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE"):
+        env.pop(name, None)
+    db = data / "gpufleet.sqlite3"
+    log = open(tmp_path / "up.log", "w+")
+    started = time.monotonic()
+    up = subprocess.Popen([sys.executable, "manage.py", "up", "--bind", f"127.0.0.1:{port}"], cwd=REPO, env=env,
+                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait(lambda: _query(db, "select gpu_count from fleet_node where name='this-host'"), 60, "this host", up)
+        listed_after = time.monotonic() - started
+        print(f"this host listed {listed_after:.1f} s after start")
+        assert _query(db, "select gpu_count, attach from fleet_node where name='this-host'") == [(8, "cdi")]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=10) as page:
+            assert page.status == 200
+        log.seek(0)
+        assert re.search(r"Admin login \(shown once\): admin / \S+", log.read())
+
+        burst = subprocess.run([sys.executable, "manage.py", "shell", "-c", BURST], cwd=REPO, env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert burst.returncode == 0, burst.stderr
+        jobs = [int(j) for j in re.findall(r"\d+", burst.stdout.split("jobs", 1)[1])]
+
+        expected = BURST_NODES * SNAPSHOTS_PER_NODE
+        samples = "select count(*) from fleet_devicesample s join fleet_device d on s.device_id=d.id " \
+                  "join fleet_node n on d.node_id=n.id where n.name like 'burst-%'"
+        _wait(lambda: _query(db, samples)[0][0] >= expected, 120, f"{expected} burst snapshots", up)
+        assert _query(db, samples)[0][0] == expected  # none lost, none twice
+        placeholders = ",".join("?" * len(jobs))
+        done = f"select count(*) from jobs_job where id in ({placeholders}) and status='done'"
+        _wait(lambda: _query(db, done, *jobs)[0][0] == len(set(jobs)), 60, "every diagnose-now job done", up)
+        assert up.poll() is None, "a process of up died under load"
+    finally:
+        up.send_signal(signal.SIGTERM)
+        try:
+            up.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(up.pid, signal.SIGKILL)
+        log.seek(0)
+        output = log.read()
+        log.close()
+    assert "Unrecoverable error" not in output
+    assert up.returncode == 0, output[-3000:]
