@@ -117,12 +117,13 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = DATA_DIR / "static"
+# Static files are served by whitenoise straight from the apps' folders (finders),
+# so no collectstatic step is needed; set STATIC_ROOT only to collect them.
+STATIC_ROOT = os.environ.get("STATIC_ROOT") or None
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
-# Serve straight from the apps' static folders, so no collectstatic step is needed.
 WHITENOISE_USE_FINDERS = True
 
 SESSION_COOKIE_HTTPONLY = True

@@ -8,7 +8,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -16,6 +15,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+
+from gpufleet import processes as commands
 
 
 class Command(BaseCommand):
@@ -31,15 +32,10 @@ class Command(BaseCommand):
         self._ensure_admin()
 
         node = settings.GPUFLEET_NODE_NAME
-        data = settings.DATA_DIR
-        celery = [sys.executable, "-m", "celery", "-A", "gpufleet.celery"]
         processes = {
-            "web": [sys.executable, "-m", "gunicorn", "gpufleet.wsgi", "--bind", bind,
-                    "--workers", str(web_workers), "--access-logfile", "-"],
-            "ingest": [*celery, "worker", "-Q", "ingest", "-B", "-s", str(data / "beat-central"),
-                       "--pool", "solo", "-n", "ingest@%h", "--without-mingle", "--without-gossip", "-l", "INFO"],
-            "agent": [*celery, "worker", "-Q", f"node.{node}", "-B", "-s", str(data / "beat-agent"),
-                      "--pool", "solo", "-n", f"agent.{node}@%h", "--without-mingle", "--without-gossip", "-l", "INFO"],
+            "web": commands.web(bind, web_workers),
+            "ingest": commands.ingest_worker(settings.DATA_DIR, with_beat=True),
+            "agent": commands.agent_worker(node, settings.DATA_DIR),
         }
         roles = {"web": "central", "ingest": "central", "agent": "agent"}
         self.stdout.write(

@@ -1,0 +1,58 @@
+"""Agent fixes: fixed commands owned by the agent, only for allowed codes."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.agent import fixes
+from gpufleet.gpu import CommandResult
+
+
+class RecordingRunner:
+    def __init__(self, results=None):
+        self.calls = []
+        self.results = results or {}
+
+    def run(self, argv, timeout=10.0):
+        self.calls.append(tuple(argv))
+        return self.results.get(tuple(argv), CommandResult(tuple(argv), 0, stdout="ok\n"))
+
+
+def test_nothing_is_allowed_by_default(settings):
+    settings.GPUFLEET_AGENT_FIXES = []
+    runner = RecordingRunner()
+    result = fixes.apply_fix("cdi", runner)
+    assert not result.ok and "does not allow" in result.error
+    assert runner.calls == []
+
+
+def test_unknown_codes_in_the_setting_are_ignored(settings):
+    settings.GPUFLEET_AGENT_FIXES = ["cdi", "rm -rf /", "driver"]
+    assert fixes.allowed_fixes() == ["cdi"]
+
+
+def test_an_allowed_fix_runs_its_fixed_argv_lists_in_order(settings):
+    settings.GPUFLEET_AGENT_FIXES = ["runtime"]
+    runner = RecordingRunner()
+    result = fixes.apply_fix("runtime", runner)
+    assert result.ok
+    assert runner.calls == [("nvidia-ctk", "runtime", "configure", "--runtime=docker"), ("systemctl", "restart", "docker")]
+    assert "$ systemctl restart docker" in result.output
+
+
+def test_a_failing_step_stops_the_fix_and_says_why(settings):
+    settings.GPUFLEET_AGENT_FIXES = ["runtime"]
+    first = ("nvidia-ctk", "runtime", "configure", "--runtime=docker")
+    runner = RecordingRunner({first: CommandResult(first, 1, stderr="permission denied\n")})
+    result = fixes.apply_fix("runtime", runner)
+    assert not result.ok
+    assert result.error == "nvidia-ctk exited with code 1"
+    assert "permission denied" in result.output
+    assert runner.calls == [first]
+
+
+@pytest.mark.parametrize("code", sorted(fixes.FIX_COMMANDS))
+def test_every_fix_is_plain_argv_with_no_shell(code):
+    for argv in fixes.FIX_COMMANDS[code]:
+        assert isinstance(argv, tuple) and all(isinstance(a, str) for a in argv)
+        assert argv[0] not in ("sh", "bash") and not any(c in " ".join(argv) for c in ";|&$`")
