@@ -31,6 +31,8 @@ if not SECRET_KEY:
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# A CSRF failure on /api/ answers JSON; elsewhere Django's own page.
+CSRF_FAILURE_VIEW = "gpufleet.api.views.csrf_failure"
 
 INSTALLED_APPS = [
     "django.contrib.admin",

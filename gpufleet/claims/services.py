@@ -1,10 +1,16 @@
 """Changing claims. Every change is checked by the ledger against the node's
 other claims inside one transaction that holds the node row locked, so two
-admins saving at once cannot double-book a GPU; every change is audited."""
+admins saving at once cannot double-book a GPU; every change is audited.
+
+Everything that can refuse a change raises a `ClaimError` with a stable `code`
+(the ledger's machine codes plus name_taken, stale and gone) and a sentence for
+people, so the editor and the API report the same reasons the same way."""
 
 from __future__ import annotations
 
-from django.db import transaction
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
 
 from gpufleet import gpu
 from gpufleet.audit.models import record
@@ -12,12 +18,56 @@ from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
 
 
-class ClaimRejected(Exception):
+class ClaimError(Exception):
+    """A claim change was refused. `code` is stable for machines; `message` is a sentence."""
+
+    code = "claim_error"
+
+    @property
+    def message(self) -> str:
+        return sentence(str(self))
+
+
+class ClaimRejected(ClaimError):
     """The ledger refused the claim; `error` carries the machine code and sentence."""
 
     def __init__(self, error: gpu.FitError):
         super().__init__(str(error))
         self.error = error
+        self.code = error.code
+
+
+class NameTaken(ClaimError):
+    code = "name_taken"
+
+    def __init__(self, name: str, node_name: str):
+        super().__init__(f"node {node_name} already has a claim named {name!r}")
+        self.name = name
+
+
+class StaleClaim(ClaimError):
+    """The claim changed since the editor loaded it; saving would overwrite that change."""
+
+    code = "stale"
+
+    def __init__(self, action: str = "save") -> None:
+        super().__init__(f"this claim was changed by someone else meanwhile; review and {action} again")
+
+
+class ClaimGone(ClaimError):
+    code = "gone"
+
+    def __init__(self) -> None:
+        super().__init__("this claim was deleted by someone else meanwhile")
+
+
+def sentence(text: str) -> str:
+    """The ledger speaks in clauses ("needs 3 GPUs but ..."); people read sentences."""
+    text = text.strip()
+    if not text:
+        return text
+    text = text[0].upper() + text[1:]
+    return text if text.endswith((".", "!", "?")) else text + "."
 
 
 def ledger_for(node: Node, excluding: Claim | None = None) -> gpu.Ledger:
@@ -34,31 +84,71 @@ def check_claim(node: Node, proposed: gpu.Claim, editing: Claim | None = None) -
     return ledger_for(node, excluding=editing).fit(proposed)
 
 
-def save_claim(node: Node, proposed: gpu.Claim, user, editing: Claim | None = None) -> Claim:
-    with transaction.atomic():
-        locked = Node.objects.select_for_update().get(pk=node.pk)
-        if editing is not None:
-            editing = Claim.objects.get(pk=editing.pk, node=locked)
-        error = check_claim(locked, proposed, editing)
-        if error is not None:
-            raise ClaimRejected(error)
-        before = editing.as_audit_dict() if editing is not None else None
-        claim = editing or Claim(node=locked, created_by=user if user and user.is_authenticated else None)
-        claim.name = proposed.name
-        claim.count = proposed.count if not proposed.device_ids else 0
-        claim.device_ids = list(proposed.device_ids)
-        claim.missing_devices = []
-        claim.save()
-        _store_reserved(locked)
-        action = "claim.update" if before is not None else "claim.create"
-        record(user, action, node=locked, target=claim.name, before=before, after=claim.as_audit_dict())
+def check_name(node: Node, name: str, editing: Claim | None = None) -> NameTaken | None:
+    """Is `name` free on the node (the claim being edited may keep its own)?"""
+    others = node.claims.filter(name=name)
+    if editing is not None and editing.pk:
+        others = others.exclude(pk=editing.pk)
+    return NameTaken(name, node.name) if others.exists() else None
+
+
+def is_stale(claim: Claim, expected_updated_at: datetime | None) -> bool:
+    """Whether the claim was saved since the editor read it at `expected_updated_at`."""
+    return expected_updated_at is not None and claim.updated_at != expected_updated_at
+
+
+def save_claim(
+    node: Node,
+    proposed: gpu.Claim,
+    user,
+    editing: Claim | None = None,
+    expected_updated_at: datetime | None = None,
+) -> Claim:
+    """Create or (with `editing`) replace a claim. Raises NameTaken, ClaimRejected,
+    StaleClaim (the claim changed after `expected_updated_at`) or ClaimGone."""
+    try:
+        with transaction.atomic():
+            locked = Node.objects.select_for_update().get(pk=node.pk)
+            if editing is not None:
+                try:
+                    editing = Claim.objects.get(pk=editing.pk, node=locked)
+                except Claim.DoesNotExist:
+                    raise ClaimGone() from None
+                if is_stale(editing, expected_updated_at):
+                    raise StaleClaim()
+            taken = check_name(locked, proposed.name, editing)
+            if taken is not None:
+                raise taken
+            error = check_claim(locked, proposed, editing)
+            if error is not None:
+                raise ClaimRejected(error)
+            before = editing.as_audit_dict() if editing is not None else None
+            claim = editing or Claim(node=locked, created_by=user if user and user.is_authenticated else None)
+            claim.name = proposed.name
+            claim.count = proposed.count if not proposed.device_ids else 0
+            claim.device_ids = list(proposed.device_ids)
+            claim.missing_devices = []
+            claim.save()
+            _store_reserved(locked)
+            action = "claim.update" if before is not None else "claim.create"
+            record(user, action, node=locked, target=claim.name, before=before, after=claim.as_audit_dict())
+    except IntegrityError:
+        # Only (node, name) is unique; the check above runs under the node lock, so
+        # this is a writer that bypassed the lock. Same answer as the check.
+        raise NameTaken(proposed.name, node.name) from None
     return claim
 
 
-def delete_claim(claim: Claim, user) -> None:
+def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None) -> None:
+    """Delete a claim. Raises StaleClaim (changed after `expected_updated_at`) or ClaimGone."""
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=claim.node_id)
-        claim = Claim.objects.get(pk=claim.pk, node=locked)
+        try:
+            claim = Claim.objects.get(pk=claim.pk, node=locked)
+        except Claim.DoesNotExist:
+            raise ClaimGone() from None
+        if is_stale(claim, expected_updated_at):
+            raise StaleClaim("delete")
         before = claim.as_audit_dict()
         claim.delete()
         _store_reserved(locked)

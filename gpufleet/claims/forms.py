@@ -1,0 +1,167 @@
+"""The claim editor's form. It only collects what the user means (a count, every GPU
+or chosen GPUs); whether that fits the node is the ledger's call, made through
+`gpufleet.claims.services`, and its reason is shown at the field it is about."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django import forms
+
+from gpufleet import gpu
+from gpufleet.claims import services
+from gpufleet.claims.models import Claim
+from gpufleet.fleet.models import Device, Node
+
+COUNT, ALL, DEVICES = "count", "all", "devices"
+MODES = [(COUNT, "A number of GPUs"), (ALL, "All GPUs"), (DEVICES, "These GPUs")]
+
+# Which field a refusal is about. "insufficient" belongs to whatever said how many
+# GPUs are wanted: the count, the "all GPUs" choice, or the ticked GPUs.
+_FIELD_FOR_CODE = {
+    "unknown_device": DEVICES,
+    "duplicate_device": DEVICES,
+    "device_taken": DEVICES,
+    "name_taken": "name",
+    "no_gpu": None,
+    "runtime_missing": None,
+    "stale": None,
+    "gone": None,
+}
+_FIELD_FOR_MODE = {COUNT: "count", ALL: "mode", DEVICES: DEVICES}
+
+
+class DeviceChoiceField(forms.MultipleChoiceField):
+    """The node's GPUs as checkboxes. Any id passes here: whether it names a GPU of
+    the node, and only once, is for the ledger to say (in its own words)."""
+
+    widget = forms.CheckboxSelectMultiple
+
+    def valid_value(self, value) -> bool:
+        return True
+
+
+class ClaimForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="The workload holding the GPUs, e.g. a job or a team.")
+    mode = forms.ChoiceField(choices=MODES, widget=forms.RadioSelect, initial=COUNT, label="Reserve")
+    count = forms.IntegerField(min_value=1, required=False, label="How many GPUs")
+    devices = DeviceChoiceField(required=False, label="Which GPUs")
+    updated_at = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def __init__(
+        self,
+        *args,
+        node: Node,
+        ledger: gpu.Ledger,
+        devices: list[Device],
+        editing: Claim | None = None,
+        action_url: str = "",
+        validate_url: str = "",
+        **kwargs,
+    ):
+        data = args[0] if args else kwargs.get("data")
+        if editing is not None and data is None:
+            kwargs.setdefault("initial", _initial(editing, ledger))
+        super().__init__(*args, **kwargs)
+        self.node = node
+        self.ledger = ledger
+        self.editing = editing
+        self.action_url = action_url
+        self.validate_url = validate_url
+        # After a refused submit the form carries the claim's current version, so the
+        # next save (after the user has reviewed it) goes through.
+        self.refresh_version = False
+        self.fields["devices"].choices = _device_choices(ledger, devices, self._chosen())
+
+    def _chosen(self) -> list[str]:
+        if self.is_bound:
+            return self.data.getlist(self.add_prefix(DEVICES)) if hasattr(self.data, "getlist") else []
+        return list(self.initial.get(DEVICES, []))
+
+    @property
+    def version(self) -> str:
+        """The hidden updated_at to render: what the editor loaded, or the current one."""
+        if self.editing is None:
+            return ""
+        if self.is_bound and not self.refresh_version:
+            return self.data.get(self.add_prefix("updated_at"), "")
+        return self.editing.updated_at.isoformat()
+
+    def expected_updated_at(self) -> datetime | None:
+        raw = (self.cleaned_data.get("updated_at") or "").strip()
+        if not raw or self.editing is None:
+            return None
+        try:
+            return datetime.fromisoformat(raw)
+        except ValueError:
+            return datetime.min  # unreadable: treat as stale, never as "no check"
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if self.editing is not None and services.is_stale(self.editing, self.expected_updated_at()):
+            self.add_claim_error(services.StaleClaim())
+        mode = data.get("mode")
+        if mode == COUNT and data.get("count") is None and "count" not in self.errors:
+            # A count of 0 would mean every GPU; that is its own choice.
+            self.add_error("count", "Say how many GPUs, or choose “All GPUs”.")
+        if mode == DEVICES and not data.get(DEVICES):
+            self.add_error(DEVICES, "Tick at least one GPU, or choose another option.")
+        if self.errors:
+            return data
+        proposed = self.proposed()
+        taken = services.check_name(self.node, proposed.name, self.editing)
+        if taken is not None:
+            self.add_claim_error(taken)
+        error = services.check_claim(self.node, proposed, self.editing)
+        if error is not None:
+            self.add_claim_error(services.ClaimRejected(error))
+        return data
+
+    def proposed(self) -> gpu.Claim:
+        """The claim as the domain sees it. Call after is_valid()."""
+        data = self.cleaned_data
+        if data["mode"] == DEVICES:
+            return gpu.Claim(name=data["name"], device_ids=tuple(data[DEVICES]))
+        if data["mode"] == ALL:
+            return gpu.Claim(name=data["name"], count=0)
+        return gpu.Claim(name=data["name"], count=data["count"])
+
+    def add_claim_error(self, error: services.ClaimError) -> None:
+        """Show a refusal at the field it is about (or above the form)."""
+        if error.code == "insufficient":
+            field = _FIELD_FOR_MODE.get(getattr(self, "cleaned_data", {}).get("mode"), "count")
+        else:
+            field = _FIELD_FOR_CODE.get(error.code)
+        if field is not None and field not in self.fields:
+            field = None
+        self.add_error(field, error.message)
+
+
+def _initial(claim: Claim, ledger: gpu.Ledger) -> dict:
+    initial = {"name": claim.name, "mode": claim.mode, "updated_at": claim.updated_at.isoformat()}
+    if claim.mode == COUNT:
+        initial["count"] = claim.count
+    if claim.mode == DEVICES:
+        # Tick by UUID (a GPU's index can change across reboots); keep ids the node
+        # no longer has as they are, so the ledger can say so.
+        initial[DEVICES] = [_uuid_or_id(ledger, device_id) for device_id in claim.device_ids]
+    return initial
+
+
+def _uuid_or_id(ledger: gpu.Ledger, device_id: str) -> str:
+    device = ledger.resolve(device_id)
+    return device.uuid if device is not None else device_id
+
+
+def _device_choices(ledger: gpu.Ledger, devices: list[Device], chosen: list[str]) -> list[tuple[str, str]]:
+    choices = []
+    for device in devices:
+        holder = ledger.holder_of(device.index)
+        held = f"held by {holder}" if holder else "not pinned"
+        choices.append((device.uuid, f"GPU {device.index} · {device.name} · {device.uuid} · {held}"))
+    known = {uuid for uuid, _ in choices}
+    for device_id in chosen:
+        if device_id not in known and ledger.resolve(device_id) is None:
+            choices.append((device_id, f"{device_id} · no longer reported by the node"))
+            known.add(device_id)
+    return choices

@@ -1,0 +1,15 @@
+from django.urls import path
+
+from gpufleet.claims import views
+
+app_name = "claims"
+
+urlpatterns = [
+    path("", views.claim_list, name="list"),
+    path("nodes/<str:name>/panel/", views.panel, name="panel"),
+    path("nodes/<str:name>/new/", views.add, name="add"),
+    path("nodes/<str:name>/validate/", views.validate_new, name="validate_new"),
+    path("<int:pk>/edit/", views.edit, name="edit"),
+    path("<int:pk>/validate/", views.validate, name="validate"),
+    path("<int:pk>/delete/", views.delete, name="delete"),
+]

@@ -1,0 +1,323 @@
+"""The claims editor: the panel on the node page, the fleet-wide list, and the
+add/edit/delete actions behind it.
+
+Every action is a POST that returns the re-rendered claims panel to HTMX and
+redirects (PRG) without JavaScript; an invalid form re-renders with 200 so HTMX
+swaps it. Whether a claim fits is never decided here: the form asks the ledger
+through `services`, and `services.save_claim` asks again under the node lock."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from gpufleet import gpu
+from gpufleet.audit.models import AuditEntry
+from gpufleet.claims import services
+from gpufleet.claims.forms import ClaimForm
+from gpufleet.claims.models import Claim
+from gpufleet.fleet.models import Device, Node
+from gpufleet.web.access import EDIT_CLAIMS, VIEW, can, requires
+from gpufleet.web.htmx import render_page, wants_fragment
+
+AUDIT_ROWS = 10
+LIST_PAGE_SIZE = 50
+PANEL = "claims/node_claims.html"
+FORM_PAGE = "claims/claim_form.html"
+FORM_PARTIAL = "claim-form"
+CHANGED_EVENT = "claims-changed"
+
+
+def node_url(node: Node) -> str:
+    return reverse("web:node_detail", kwargs={"name": node.name})
+
+
+def audit_url(node: Node) -> str:
+    return f"{reverse('web:audit')}?{urlencode({'node': node.name})}"
+
+
+# --- the panel on the node page --------------------------------------------
+
+
+def claims_panel_context(request, node: Node, form: ClaimForm | None = None, notice: str = "") -> dict:
+    """Context for templates/claims/node_claims.html: the node's ledger and claims,
+    the add (or given) form for users who may edit, and recent claim audit rows.
+    A fixed number of queries whatever the node's GPU or claim count. Keys other
+    than node, ledger and holder_by_index start with claim(s)_ so the node page's
+    own context is never overwritten."""
+    if not can(request.user, VIEW):
+        raise PermissionDenied("your role may not view")
+    devices = _current_devices(node)
+    claims = list(node.claims.all())
+    ledger = gpu.Ledger(node.gpu_info(devices), [c.as_gpu_claim() for c in claims])
+    can_edit = can(request.user, EDIT_CLAIMS)
+    if can_edit and form is None:
+        form = _add_form(node, ledger, devices)
+    for claim in claims:
+        claim.gpus = _gpu_labels(ledger, claim)
+    entries = list(AuditEntry.objects.filter(node=node, action__startswith="claim.")[:AUDIT_ROWS])
+    for entry in entries:
+        entry.before_text = _describe(entry.before)
+        entry.after_text = _describe(entry.after)
+    return {
+        "node": node,
+        "ledger": ledger,
+        "holder_by_index": {d.index: ledger.holder_of(d.index) for d in ledger.info.devices},
+        "claim_rows": claims,
+        "claim_form": form if can_edit else None,
+        "claims_notice": notice,
+        "claims_audit": entries,
+        "claims_audit_url": audit_url(node),
+        "claims_panel_url": reverse("claims:panel", args=[node.name]),
+    }
+
+
+@require_GET
+@requires(VIEW)
+def panel(request: HttpRequest, name: str) -> HttpResponse:
+    """The panel alone, for HTMX (the editor's Cancel); people go to the node page."""
+    node = get_object_or_404(Node, name=name)
+    if not wants_fragment(request):
+        return redirect(node_url(node))
+    return _panel_response(request, node)
+
+
+def _panel_response(
+    request, node: Node, form: ClaimForm | None = None, notice: str = "", changed: bool = False
+) -> HttpResponse:
+    response = render(request, PANEL, claims_panel_context(request, node, form=form, notice=notice))
+    patch_vary_headers(response, ["HX-Request"])
+    if changed:
+        # For parts of the node page outside the panel (the device table's holders).
+        response["HX-Trigger"] = CHANGED_EVENT
+    return response
+
+
+# --- add / edit ------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@requires(EDIT_CLAIMS)
+def add(request: HttpRequest, name: str) -> HttpResponse:
+    node = get_object_or_404(Node, name=name)
+    return _edit(request, node, None)
+
+
+@require_http_methods(["GET", "POST"])
+@requires(EDIT_CLAIMS)
+def edit(request: HttpRequest, pk: int) -> HttpResponse:
+    claim = get_object_or_404(Claim.objects.select_related("node"), pk=pk)
+    return _edit(request, claim.node, claim)
+
+
+def _edit(request, node: Node, editing: Claim | None) -> HttpResponse:
+    in_panel = _in_panel(request)
+    if request.method == "GET":
+        form = _form(node, editing)
+        return render_page(request, FORM_PAGE, _form_context(node, form, in_panel), partial=FORM_PARTIAL)
+
+    form = _form(node, editing, data=request.POST)
+    if form.is_valid():
+        try:
+            claim = services.save_claim(
+                node, form.proposed(), request.user, editing=editing, expected_updated_at=form.expected_updated_at()
+            )
+        except services.ClaimGone:
+            return _gone(request, node, in_panel)
+        except services.ClaimError as exc:
+            if isinstance(exc, services.StaleClaim):
+                editing.refresh_from_db()
+            form.add_claim_error(exc)
+        else:
+            done = f"Claim {claim.name} {'saved' if editing else 'added'}: {claim.describe()}."
+            if in_panel and wants_fragment(request):
+                return _panel_response(request, node, notice=done, changed=True)
+            messages.success(request, done)
+            return redirect(node_url(node))
+    # Whatever was refused, the next save follows the user's review of the current claim.
+    form.refresh_version = True
+    if in_panel and wants_fragment(request):
+        return _panel_response(request, node, form=form)
+    return render(request, FORM_PAGE, _form_context(node, form, in_panel), status=200)
+
+
+@require_POST
+@requires(EDIT_CLAIMS)
+def validate_new(request: HttpRequest, name: str) -> HttpResponse:
+    """Inline validation of the add form: the form partial with the ledger's verdict."""
+    node = get_object_or_404(Node, name=name)
+    return _validate(request, node, None)
+
+
+@require_POST
+@requires(EDIT_CLAIMS)
+def validate(request: HttpRequest, pk: int) -> HttpResponse:
+    """Inline validation of an edit, against every other claim of the node."""
+    claim = get_object_or_404(Claim.objects.select_related("node"), pk=pk)
+    return _validate(request, claim.node, claim)
+
+
+def _validate(request, node: Node, editing: Claim | None) -> HttpResponse:
+    form = _form(node, editing, data=request.POST)
+    form.is_valid()
+    # 200 even when invalid: htmx 2 does not swap 4xx bodies.
+    response = render(request, f"{FORM_PAGE}#{FORM_PARTIAL}", _form_context(node, form, _in_panel(request)))
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+# --- delete ----------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@requires(EDIT_CLAIMS)
+def delete(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET: the confirmation page (no JavaScript). POST with confirm=yes: delete."""
+    claim = get_object_or_404(Claim.objects.select_related("node"), pk=pk)
+    node = claim.node
+    in_panel = _in_panel(request)
+    if request.method == "GET" or request.POST.get("confirm") != "yes":
+        return _confirm_page(request, claim)
+    try:
+        services.delete_claim(claim, request.user, expected_updated_at=_parse_version(request.POST.get("updated_at")))
+    except services.ClaimGone:
+        return _gone(request, node, in_panel)
+    except services.StaleClaim as exc:
+        claim.refresh_from_db()
+        if in_panel and wants_fragment(request):
+            return _panel_response(request, node, notice=exc.message)
+        return _confirm_page(request, claim, error=exc.message)
+    done = f"Claim {claim.name} deleted."
+    if in_panel and wants_fragment(request):
+        return _panel_response(request, node, notice=done, changed=True)
+    messages.success(request, done)
+    return redirect(node_url(node))
+
+
+def _confirm_page(request, claim: Claim, error: str = "") -> HttpResponse:
+    context = {"claim": claim, "node": claim.node, "error": error}
+    return render(request, "claims/claim_confirm_delete.html", context)
+
+
+def _gone(request, node: Node, in_panel: bool) -> HttpResponse:
+    text = services.ClaimGone().message
+    if in_panel and wants_fragment(request):
+        return _panel_response(request, node, notice=text)
+    messages.warning(request, text)
+    return redirect(node_url(node))
+
+
+# --- the fleet-wide list ---------------------------------------------------
+
+
+@require_GET
+@requires(VIEW)
+def claim_list(request: HttpRequest) -> HttpResponse:
+    """Every claim in the fleet, filtered by node and searched by claim or node name."""
+    node_name = request.GET.get("node", "").strip()
+    q = request.GET.get("q", "").strip()
+    claims = Claim.objects.select_related("node", "created_by").order_by("node__name", "name")
+    if node_name:
+        claims = claims.filter(node__name=node_name)
+    if q:
+        claims = claims.filter(Q(name__icontains=q) | Q(node__name__icontains=q))
+    page = Paginator(claims, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    keep = {k: v for k, v in (("node", node_name), ("q", q)) if v}
+    context = {
+        "page": page,
+        "node_filter": node_name,
+        "q": q,
+        "node_names": list(Node.objects.values_list("name", flat=True)),
+        "query": urlencode(keep),
+    }
+    return render_page(request, "claims/claim_list.html", context, partial="claims-table")
+
+
+# --- helpers ---------------------------------------------------------------
+
+
+def _current_devices(node: Node) -> list[Device]:
+    return list(node.devices.filter(vanished_at__isnull=True).order_by("index"))
+
+
+def _add_form(node: Node, ledger: gpu.Ledger, devices: list[Device], data=None) -> ClaimForm:
+    return ClaimForm(
+        data,
+        node=node,
+        ledger=ledger,
+        devices=devices,
+        action_url=reverse("claims:add", args=[node.name]),
+        validate_url=reverse("claims:validate_new", args=[node.name]),
+    )
+
+
+def _form(node: Node, editing: Claim | None, data=None) -> ClaimForm:
+    devices = _current_devices(node)
+    ledger = gpu.Ledger(node.gpu_info(devices), [c.as_gpu_claim() for c in node.claims.all()])
+    if editing is None:
+        return _add_form(node, ledger, devices, data)
+    return ClaimForm(
+        data,
+        node=node,
+        ledger=ledger,
+        devices=devices,
+        editing=editing,
+        action_url=reverse("claims:edit", args=[editing.pk]),
+        validate_url=reverse("claims:validate", args=[editing.pk]),
+    )
+
+
+def _form_context(node: Node, form: ClaimForm, in_panel: bool) -> dict:
+    return {
+        "node": node,
+        "form": form,
+        "ledger": form.ledger,
+        "in_panel": in_panel,
+        "panel_url": reverse("claims:panel", args=[node.name]),
+    }
+
+
+def _in_panel(request) -> bool:
+    return (request.POST.get("in_panel") or request.GET.get("in_panel")) == "1"
+
+
+def _parse_version(raw: str | None) -> datetime | None:
+    raw = (raw or "").strip()
+    if not raw:
+        return None
+    try:
+        return datetime.fromisoformat(raw)
+    except ValueError:
+        return datetime.min
+
+
+def _gpu_labels(ledger: gpu.Ledger, claim: Claim) -> list[dict]:
+    """The claim's pinned GPUs as people read them ("GPU 3"), flagging vanished ones."""
+    labels = []
+    missing = set(claim.missing_devices)
+    for device_id in claim.device_ids:
+        device = ledger.resolve(device_id)
+        if device is None or device_id in missing:
+            labels.append({"text": device_id, "title": "no longer reported by the node", "missing": True})
+        else:
+            labels.append({"text": f"GPU {device.index}", "title": device.uuid, "missing": False})
+    return labels
+
+
+def _describe(snapshot: dict | None) -> str:
+    if not snapshot:
+        return ""
+    claim = Claim(
+        name=snapshot.get("name", ""), count=snapshot.get("count", 0), device_ids=snapshot.get("device_ids", [])
+    )
+    return f"{claim.name}: {claim.describe()}"

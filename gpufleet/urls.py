@@ -1,0 +1,14 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.http import HttpResponse
+from django.urls import include, path
+
+urlpatterns = [
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("healthz", lambda request: HttpResponse("ok", content_type="text/plain"), name="healthz"),
+    path("api/", include("gpufleet.api.urls")),
+    path("claims/", include("gpufleet.claims.urls")),
+    path("", include("gpufleet.web.urls")),
+]

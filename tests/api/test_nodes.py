@@ -1,0 +1,145 @@
+"""GET /api/nodes/ and the per-node reads: the documented fields, pages, and a fixed
+number of queries whatever the fleet size."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.api import views
+from tests.claims.helpers import claim, make_node, shrink_node, uuid
+
+pytestmark = pytest.mark.django_db
+
+NODE_FIELDS = {
+    "name",
+    "status",
+    "health",
+    "gpu_count",
+    "vram_total_mib",
+    "vram_used_mib",
+    "gpus_reserved",
+    "gpus_free",
+    "driver_version",
+    "toolkit_version",
+    "attach",
+    "last_seen",
+    "collected_at",
+}
+
+
+def test_it_lists_nodes_with_their_figures(viewer_client, operator):
+    alpha = make_node("alpha", 8)
+    claim(alpha, "train", operator, count=3)
+    make_node("beta", 0)
+    response = viewer_client.get("/api/nodes/")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    body = response.json()
+    assert (body["count"], body["page"], body["pages"], body["next"], body["previous"]) == (2, 1, 1, None, None)
+    first, second = body["results"]
+    assert set(first) == NODE_FIELDS
+    assert {k: first[k] for k in ("name", "status", "health", "gpu_count", "gpus_reserved", "gpus_free", "attach")} == {
+        "name": "alpha",
+        "status": "ok",
+        "health": "ok",
+        "gpu_count": 8,
+        "gpus_reserved": 3,
+        "gpus_free": 5,
+        "attach": "legacy",
+    }
+    assert first["vram_total_mib"] == 8 * 143771 and first["vram_used_mib"] == 8 * 1024
+    assert first["driver_version"] == "570.133.20"
+    assert first["toolkit_version"].endswith("1.18.2")
+    assert first["collected_at"] and first["last_seen"]
+    assert (second["name"], second["status"], second["gpu_count"], second["attach"]) == ("beta", "fail", 0, "none")
+
+
+def test_it_pages_with_page(viewer_client, monkeypatch):
+    monkeypatch.setattr(views, "PAGE_SIZE", 2)
+    for name in ["a", "b", "c"]:
+        make_node(name, 1)
+    first = viewer_client.get("/api/nodes/").json()
+    assert [n["name"] for n in first["results"]] == ["a", "b"]
+    assert first["next"] == "http://testserver/api/nodes/?page=2"
+    second = viewer_client.get("/api/nodes/?page=2").json()
+    assert [n["name"] for n in second["results"]] == ["c"]
+    assert second["previous"] == "http://testserver/api/nodes/?page=1"
+    assert viewer_client.get("/api/nodes/?page=3").json()["error"]["code"] == "bad_page"
+    assert viewer_client.get("/api/nodes/?page=3").status_code == 404
+    assert viewer_client.get("/api/nodes/?page=x").status_code == 400
+
+
+@pytest.mark.parametrize("nodes", [1, 7])
+def test_it_lists_nodes_in_fixed_queries(viewer_client, django_assert_num_queries, nodes):
+    for n in range(nodes):
+        make_node(f"node-{n}", 2)
+    # session, user, user perms, group perms, count, page
+    with django_assert_num_queries(6):
+        response = viewer_client.get("/api/nodes/")
+    assert len(response.json()["results"]) == nodes
+
+
+def test_it_gives_a_node_with_devices_findings_claims_and_ledger(viewer_client, operator):
+    node = make_node("alpha", 4)
+    train = claim(node, "train", operator, device_ids=["2"])
+    body = viewer_client.get("/api/nodes/alpha/").json()
+    assert set(body) >= NODE_FIELDS
+    assert body["ledger"] == {"total": 4, "reserved": 1, "free": 3, "holders": ["train"]}
+    assert [(d["index"], d["uuid"], d["holder"]) for d in body["devices"]] == [
+        (0, uuid(node, 0), None),
+        (1, uuid(node, 1), None),
+        (2, uuid(node, 2), "train"),
+        (3, uuid(node, 3), None),
+    ]
+    assert body["devices"][0]["name"] == "NVIDIA H200"
+    assert {f["code"] for f in body["findings"]} >= {"driver", "gpu0", "toolkit", "runtime", "attach"}
+    assert body["claims"] == [
+        {
+            "id": train.pk,
+            "node": "alpha",
+            "name": "train",
+            "mode": "devices",
+            "count": 0,
+            "device_ids": ["2"],
+            "missing_devices": [],
+            "created_by": "otto",
+            "created_at": train.created_at.isoformat(),
+            "updated_at": train.updated_at.isoformat(),
+        }
+    ]
+
+
+def test_it_lists_a_nodes_devices_vanished_ones_included(viewer_client, operator):
+    node = make_node("alpha", 4)
+    claim(node, "train", operator, device_ids=[uuid(node, 3)])
+    shrink_node(node, 2)
+    body = viewer_client.get("/api/nodes/alpha/devices/").json()
+    assert body["node"] == "alpha"
+    assert [(d["index"], d["vanished_at"] is not None, d["holder"]) for d in body["results"]] == [
+        (0, False, None),
+        (1, False, None),
+        (2, True, None),
+        (3, True, None),
+    ]
+
+
+def test_it_lists_a_nodes_findings(viewer_client):
+    make_node("empty", 0)
+    body = viewer_client.get("/api/nodes/empty/findings/").json()
+    driver = next(f for f in body["results"] if f["code"] == "driver")
+    assert driver["status"] == "fail"
+    assert "fix" in driver
+
+
+def test_it_is_404_json_for_an_unknown_node(viewer_client):
+    for url in ["/api/nodes/nope/", "/api/nodes/nope/devices/", "/api/nodes/nope/findings/", "/api/nodes/nope/claims/"]:
+        response = viewer_client.get(url)
+        assert response.status_code == 404, url
+        assert response.json()["error"] == {"code": "not_found", "message": "there is no node 'nope'"}
+
+
+def test_it_answers_a_wrong_method_with_405_json(viewer_client, operator_client):
+    response = operator_client.post("/api/nodes/")
+    assert response.status_code == 405
+    assert response["Allow"] == "GET, HEAD"
+    assert response.json()["error"]["code"] == "method_not_allowed"

@@ -1,0 +1,67 @@
+"""Nodes made the way production makes them (a snapshot through ingest) and claims
+saved through the services, so every test goes through the real ledger."""
+
+from __future__ import annotations
+
+import re
+from html import unescape
+
+from gpufleet import gpu
+from gpufleet.claims import services
+from gpufleet.claims.models import Claim
+from gpufleet.fleet.ingest import ingest_snapshot
+from gpufleet.fleet.models import Node
+from tests.factories import gpu_uuid, later, snapshot
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+def make_node(name: str = "alpha", gpus: int = 8, **kwargs) -> Node:
+    result = ingest_snapshot(snapshot(name, gpus, **kwargs))
+    assert result.outcome == "accepted", result
+    return Node.objects.get(name=name)
+
+
+def shrink_node(node: Node, gpus: int) -> Node:
+    """A later snapshot with fewer GPUs: the rest vanish and claims on them are flagged."""
+    first = snapshot(node.name, gpus)
+    result = ingest_snapshot(snapshot(node.name, gpus, at=later(first, 60)))
+    assert result.outcome == "accepted", result
+    return Node.objects.get(pk=node.pk)
+
+
+def claim(node: Node, name: str, user=None, count: int = 0, device_ids=()) -> Claim:
+    return services.save_claim(node, gpu.Claim(name=name, count=count, device_ids=tuple(device_ids)), user)
+
+
+def uuid(node: Node, index: int) -> str:
+    return gpu_uuid(node.name, index)
+
+
+def field_errors(html: str, field: str) -> list[str]:
+    """The error sentences shown at a form field ("form" for those above the form)."""
+    slot = "err-form" if field == "form" else f"id_{field}_error"
+    match = re.search(rf'<div id="{slot}"[^>]*>(.*?)</div>', html, re.S)
+    assert match, f"no error slot {slot} in the page"
+    return [unescape(p).strip() for p in re.findall(r"<p>(.*?)</p>", match.group(1), re.S)]
+
+
+def all_errors(html: str) -> dict[str, list[str]]:
+    """Every error slot that holds something, by field."""
+    found = {}
+    for field in ("form", "name", "mode", "count", "devices"):
+        errors = field_errors(html, field)
+        if errors:
+            found[field] = errors
+    return found
+
+
+def summary(html: str) -> dict[str, str]:
+    """The ledger summary figures as shown (total, reserved, free, holders)."""
+    return {k: unescape(v).strip() for k, v in re.findall(r'<dd data-field="(\w+)">(.*?)</dd>', html, re.S)}
+
+
+def hidden_version(html: str) -> str:
+    match = re.search(r'<input type="hidden" name="updated_at" value="([^"]*)">', html)
+    assert match, "no updated_at field in the form"
+    return unescape(match.group(1))

@@ -1,0 +1,92 @@
+"""The fleet-wide claims list: node filter, search, pages, missing GPUs flagged,
+an HTMX fragment, and a fixed number of queries whatever the fleet size."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpufleet.claims.models import Claim
+from tests.claims.helpers import HTMX, claim, make_node, shrink_node, uuid
+
+pytestmark = pytest.mark.django_db
+
+
+def _rows(html: str) -> list[tuple[str, str]]:
+    """(node, claim) per table row."""
+    return re.findall(r'<td><a href="/nodes/[^"]+/">([^<]+)</a></td>\s*<th scope="row">([^<]+)</th>', html)
+
+
+@pytest.fixture
+def fleet(operator):
+    alpha, beta = make_node("alpha", 8), make_node("beta", 4)
+    claim(alpha, "train", operator, count=2)
+    claim(alpha, "eval", operator, device_ids=["7"])
+    claim(beta, "train-big", operator, count=1)
+    return alpha, beta
+
+
+def test_it_lists_every_claim_by_node_then_name(viewer_client, fleet):
+    response = viewer_client.get("/claims/")
+    assert response.status_code == 200
+    assert _rows(response.content.decode()) == [("alpha", "eval"), ("alpha", "train"), ("beta", "train-big")]
+
+
+def test_it_filters_by_node(viewer_client, fleet):
+    html = viewer_client.get("/claims/?node=beta").content.decode()
+    assert _rows(html) == [("beta", "train-big")]
+    assert '<option value="beta" selected>' in html
+
+
+def test_it_searches_claim_and_node_names(viewer_client, fleet):
+    assert _rows(viewer_client.get("/claims/?q=TRAIN").content.decode()) == [("alpha", "train"), ("beta", "train-big")]
+    assert _rows(viewer_client.get("/claims/?q=bet").content.decode()) == [("beta", "train-big")]
+    assert "0 claims matching “nothing”." in viewer_client.get("/claims/?q=nothing").content.decode()
+
+
+def test_it_pages_and_keeps_the_filter_in_the_page_links(viewer_client, operator):
+    node = make_node("alpha", 8)
+    Claim.objects.bulk_create(Claim(node=node, name=f"job-{i:03}", count=0) for i in range(55))
+    first = viewer_client.get("/claims/?q=job").content.decode()
+    assert len(_rows(first)) == 50
+    assert "Page 1 of 2" in first
+    assert 'href="?q=job&amp;page=2"' in first
+    second = viewer_client.get("/claims/?q=job&page=2").content.decode()
+    assert [name for _, name in _rows(second)] == [f"job-{i:03}" for i in range(50, 55)]
+
+
+def test_it_flags_claims_with_missing_gpus(viewer_client, operator):
+    node = make_node("alpha", 8)
+    claim(node, "train", operator, device_ids=[uuid(node, 7)])
+    claim(node, "eval", operator, device_ids=["1"])
+    shrink_node(node, 4)
+    html = viewer_client.get("/claims/").content.decode()
+    assert html.count('class="claims-has-missing"') == 1
+    assert f"⚠ missing: {uuid(node, 7)}" in html
+
+
+def test_it_gives_htmx_the_table_fragment(viewer_client, fleet):
+    response = viewer_client.get("/claims/?node=alpha", **HTMX)
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="claims-table">')
+    assert "<html" not in html
+    assert "HX-Request" in response["Vary"]
+    assert _rows(html) == [("alpha", "eval"), ("alpha", "train")]
+
+
+def test_it_shows_edit_links_to_editors_only(viewer_client, operator_client, fleet):
+    pk = Claim.objects.get(name="eval").pk
+    assert f'href="/claims/{pk}/edit/"' not in viewer_client.get("/claims/").content.decode()
+    assert f'href="/claims/{pk}/edit/"' in operator_client.get("/claims/").content.decode()
+
+
+@pytest.mark.parametrize("nodes, per_node", [(1, 2), (6, 9)])
+def test_it_lists_in_fixed_queries(viewer_client, operator, django_assert_num_queries, nodes, per_node):
+    for n in range(nodes):
+        node = make_node(f"node-{n}", 4)
+        Claim.objects.bulk_create(Claim(node=node, name=f"c{i}", count=1, created_by=operator) for i in range(per_node))
+    # session, user, user perms, group perms, count, page (with node and creator), node names
+    with django_assert_num_queries(7):
+        response = viewer_client.get("/claims/")
+    assert len(_rows(response.content.decode())) == min(50, nodes * per_node)

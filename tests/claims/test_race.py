@@ -1,0 +1,62 @@
+"""Two editors racing for the last free GPU: the node row lock (PostgreSQL) or the
+IMMEDIATE write transaction (SQLite) serialises the saves, so exactly one wins and
+the other gets the ledger's refusal, never a double booking."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection
+
+from gpufleet import gpu
+from gpufleet.claims import services
+from gpufleet.claims.models import Claim
+from gpufleet.fleet.models import Node
+from tests.claims.helpers import claim, make_node
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_lets_exactly_one_of_two_racing_saves_take_the_last_gpu(operator, admin_user, monkeypatch):
+    node = make_node("alpha", 2)
+    claim(node, "train", operator, count=1)
+    # Hold each save between the ledger check and the write, so without the lock
+    # both would see one GPU free and both would book it.
+    real_check = services.check_claim
+
+    def slow_check(*args, **kwargs):
+        verdict = real_check(*args, **kwargs)
+        time.sleep(0.3)
+        return verdict
+
+    monkeypatch.setattr(services, "check_claim", slow_check)
+    barrier = threading.Barrier(2)
+    outcomes: dict[str, object] = {}
+
+    def save(name: str, user) -> None:
+        try:
+            barrier.wait(timeout=10)
+            outcomes[name] = services.save_claim(node, gpu.Claim(name=name, count=1), user)
+        except Exception as exc:  # recorded and asserted below
+            outcomes[name] = exc
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=save, args=("infer", operator)),
+        threading.Thread(target=save, args=("eval", admin_user)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+
+    won = [n for n, o in outcomes.items() if isinstance(o, Claim)]
+    lost = [o for o in outcomes.values() if not isinstance(o, Claim)]
+    assert len(won) == 1, outcomes
+    assert len(lost) == 1 and isinstance(lost[0], services.ClaimRejected), outcomes
+    assert lost[0].code == "insufficient"
+    assert lost[0].message == "Needs 1 GPU but only 0 of 2 are free."
+    assert sorted(Claim.objects.filter(node=node).values_list("name", flat=True)) == sorted(["train", won[0]])
+    assert Node.objects.get(pk=node.pk).gpus_reserved == 2
