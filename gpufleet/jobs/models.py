@@ -26,6 +26,10 @@ class JobStatus(models.TextChoices):
     def finished(self) -> bool:
         return self in (JobStatus.DONE, JobStatus.FAILED, JobStatus.EXPIRED)
 
+    @property
+    def colour(self) -> str:
+        return {"queued": "grey", "running": "blue", "done": "green", "failed": "red", "expired": "amber"}[self.value]
+
 
 OPEN_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
 

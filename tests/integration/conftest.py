@@ -51,7 +51,7 @@ def _use_broker(app, url: str, options: dict) -> tuple:
 
 
 @pytest.fixture(params=["redis", "embedded"])
-def broker(request, tmp_path):
+def broker(request, tmp_path, monkeypatch):
     from gpufleet.celery import app
 
     data_dir = tmp_path / "data"
@@ -62,6 +62,8 @@ def broker(request, tmp_path):
         chosen = Broker("redis", url, data_dir)
     else:
         chosen = Broker("embedded", "fsq://", data_dir, {"folder": str(data_dir / "broker")})
+    # Celery prefers the CELERY_BROKER_URL environment variable over its config.
+    monkeypatch.setenv("CELERY_BROKER_URL", chosen.url)
     before = _use_broker(app, chosen.url, chosen.transport_options)
     yield chosen
     _use_broker(app, *before)

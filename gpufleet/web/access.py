@@ -1,0 +1,44 @@
+"""The one place that says who may do what. Every view, fragment, export and API
+endpoint asks `can()` (or uses `@requires`); templates get the same answers as
+`access` (see `access_context`)."""
+
+from __future__ import annotations
+
+from functools import wraps
+
+from django.core.exceptions import PermissionDenied
+
+VIEW, EDIT_CLAIMS, DIAGNOSE, APPLY_FIX, MANAGE_USERS = "view", "edit_claims", "diagnose", "apply_fix", "manage_users"
+
+_PERMISSION = {
+    VIEW: "fleet.view_node",
+    EDIT_CLAIMS: "claims.change_claim",
+    DIAGNOSE: "fleet.diagnose_node",
+    APPLY_FIX: "fleet.apply_fix",
+    MANAGE_USERS: "auth.change_user",
+}
+
+
+def can(user, action: str) -> bool:
+    return bool(user and user.is_authenticated and user.is_active and user.has_perm(_PERMISSION[action]))
+
+
+def requires(action: str):
+    """View decorator: 403 unless the user may `action` (login is enforced by middleware)."""
+
+    def decorator(view):
+        @wraps(view)
+        def wrapper(request, *args, **kwargs):
+            if not can(request.user, action):
+                raise PermissionDenied(f"your role may not {action.replace('_', ' ')}")
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+def access_context(request) -> dict:
+    """Context processor: `access.edit_claims` etc. for hiding controls in templates."""
+    user = getattr(request, "user", None)
+    return {"access": {action: can(user, action) for action in _PERMISSION}}

@@ -1,0 +1,40 @@
+"""The three roles, as Django groups: viewer reads, operator also edits claims and
+asks for diagnoses, admin also applies fixes and manages users. Kept in step with
+this table after every migrate."""
+
+from __future__ import annotations
+
+VIEWER, OPERATOR, ADMIN = "viewer", "operator", "admin"
+
+_READ = [
+    "fleet.view_node",
+    "fleet.view_device",
+    "fleet.view_finding",
+    "fleet.view_devicesample",
+    "claims.view_claim",
+    "jobs.view_job",
+    "audit.view_auditentry",
+]
+_OPERATE = ["claims.add_claim", "claims.change_claim", "claims.delete_claim", "fleet.diagnose_node"]
+_ADMINISTER = ["fleet.apply_fix", "auth.view_user", "auth.add_user", "auth.change_user", "auth.delete_user", "auth.view_group"]
+
+ROLE_PERMISSIONS: dict[str, list[str]] = {
+    VIEWER: _READ,
+    OPERATOR: _READ + _OPERATE,
+    ADMIN: _READ + _OPERATE + _ADMINISTER,
+}
+
+
+def ensure_roles(**kwargs) -> None:
+    """post_migrate handler: create the groups and give them exactly their permissions."""
+    from django.contrib.auth.models import Group, Permission
+
+    for role, names in ROLE_PERMISSIONS.items():
+        group, _ = Group.objects.get_or_create(name=role)
+        wanted = []
+        for name in names:
+            app_label, codename = name.split(".")
+            perm = Permission.objects.filter(content_type__app_label=app_label, codename=codename).first()
+            if perm is not None:
+                wanted.append(perm)
+        group.permissions.set(wanted)

@@ -1,0 +1,213 @@
+"""The fleet overview `/`: tiles, fleet findings, the node table with filters,
+sort and paging kept in the URL, and its HTMX fragments."""
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from gpufleet.claims.models import Claim
+from gpufleet.fleet.models import Node
+from tests.web.conftest import hx, ingest
+
+
+def _names_in(html: str, names) -> list[str]:
+    """The node names in `names` in the order the table shows them."""
+    positions = {n: html.find(f">{n}</a></th>") for n in names}
+    return [n for n, pos in sorted(positions.items(), key=lambda kv: kv[1]) if pos >= 0]
+
+
+@pytest.mark.django_db
+def test_it_shows_tiles_and_rows(viewer_client):
+    ingest("alpha", 8)
+    ingest("bravo", 2, attach="cdi")
+    ingest("nogpu", 0, attach="none", toolkit=None)
+    Node.objects.filter(name="bravo").update(offline=True)
+
+    response = viewer_client.get(reverse("web:fleet"))
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "Nodes online" in page and "2 <small>/ 3</small>" in page
+    # GPUs on online nodes only: bravo's last report is not live.
+    assert '<span class="tile-value">8</span>' in page
+    assert "Nodes failing" in page
+    assert ">alpha</a></th>" in page and ">bravo</a></th>" in page
+    assert 'class="is-offline"' in page and "last seen" in page
+    assert '<span class="badge badge-grey">Offline</span>' in page
+    assert '<span class="badge badge-red">Failing</span>' in page  # nogpu: driver fails
+    assert "1 node stopped reporting" in page
+
+
+@pytest.mark.django_db
+def test_it_names_fleet_findings(viewer_client):
+    alpha = ingest("alpha", 2, driver="570.133.20")
+    ingest("bravo", 2, driver="550.54.15", toolkit="1.17.0")
+    Claim.objects.create(node=alpha, name="train", device_ids=["GPU-gone"], missing_devices=["GPU-gone"])
+    ingest("alpha", 1, driver="570.133.20", at=timezone.now() + timedelta(seconds=5))  # GPU 1 vanished
+
+    page = viewer_client.get(reverse("web:fleet")).content.decode()
+    assert "Driver versions differ across nodes" in page
+    assert 'href="/?driver=550.54.15"' in page
+    assert "Container toolkit versions differ across nodes" in page and "1.17.0 on 1 node" in page
+    assert "GPUs vanished" in page and "alpha: GPU 1" in page
+    assert "Claims name GPUs the node no longer has" in page and "GPU-gone" in page
+
+
+@pytest.mark.django_db
+def test_it_says_so_when_the_fleet_agrees(viewer_client, make_fleet):
+    make_fleet(2)
+    assert "No fleet-level problems" in viewer_client.get("/").content.decode()
+
+
+@pytest.mark.django_db
+def test_it_filters_by_health_attach_driver_offline_and_name(viewer_client):
+    ingest("alpha", 2)
+    ingest("bravo", 2, attach="cdi", driver="550.54.15")
+    ingest("charlie", 0, attach="none", toolkit=None)
+    ingest("delta", 2, used_mib=140000)  # VRAM warning
+    Node.objects.filter(name="delta").update(offline=True)
+    names = ["alpha", "bravo", "charlie", "delta"]
+
+    def shown(query: str) -> list[str]:
+        return _names_in(viewer_client.get("/" + query).content.decode(), names)
+
+    assert shown("") == names
+    assert shown("?health=fail") == ["charlie"]
+    assert shown("?health=ok") == ["alpha", "bravo"]
+    assert shown("?health=warn") == []  # delta is offline: its warning is not current
+    assert shown("?health=offline") == ["delta"]
+    assert shown("?health=problems") == ["charlie", "delta"]
+    assert shown("?attach=cdi") == ["bravo"]
+    assert shown("?driver=550.54.15") == ["bravo"]
+    assert shown("?offline=yes") == ["delta"]
+    assert shown("?offline=no") == ["alpha", "bravo", "charlie"]
+    assert shown("?q=ARL") == ["charlie"]
+    assert shown("?health=bogus&attach=cdi") == ["bravo"]  # junk is ignored, not an error
+
+
+@pytest.mark.django_db
+def test_it_sorts_and_links_headers_back_and_forth(viewer_client):
+    ingest("alpha", 8)
+    ingest("bravo", 2)
+    ingest("charlie", 4)
+    names = ["alpha", "bravo", "charlie"]
+
+    page = viewer_client.get("/?sort=-gpus").content.decode()
+    assert _names_in(page, names) == ["alpha", "charlie", "bravo"]
+    # The active column links to the other direction, keeping the filters.
+    assert 'href="/?sort=gpus"' in page
+    assert 'aria-sort="descending"' in page
+    assert _names_in(viewer_client.get("/?sort=gpus").content.decode(), names) == ["bravo", "charlie", "alpha"]
+    assert _names_in(viewer_client.get("/?sort=-name").content.decode(), names) == ["charlie", "bravo", "alpha"]
+    assert _names_in(viewer_client.get("/?sort=nonsense").content.decode(), names) == names
+
+
+@pytest.mark.django_db
+def test_it_paginates_keeping_filters_and_sort(viewer_client, make_fleet):
+    make_fleet(30)
+    page = viewer_client.get("/?per=25&sort=-name&attach=legacy").content.decode()
+    assert "Nodes 1–25 of 30" in page
+    assert ">node-29</a></th>" in page and ">node-04</a></th>" not in page
+    next_url = "/?per=25&amp;sort=-name&amp;attach=legacy&amp;page=2"
+    assert f'href="{next_url}" hx-get="{next_url}" hx-push-url="true"' in page
+
+    second = viewer_client.get("/?per=25&sort=-name&attach=legacy&page=2").content.decode()
+    assert "Nodes 26–30 of 30" in second and ">node-00</a></th>" in second
+    # The table refreshes itself from the URL it was rendered for.
+    assert 'hx-get="/?per=25&amp;sort=-name&amp;attach=legacy&amp;page=2" hx-trigger="every 10s"' in second
+    # Downloads keep the filters and sort, not the page.
+    assert 'href="/report.csv?sort=-name&amp;attach=legacy"' in second
+
+
+@pytest.mark.django_db
+def test_it_renders_the_filter_form_as_plain_get_with_htmx_push(viewer_client, make_fleet):
+    make_fleet(1)
+    page = viewer_client.get("/?health=warn").content.decode()
+    assert '<form id="filters" class="filters" method="get" action="/"' in page
+    assert 'hx-target="#node-table"' in page and 'hx-push-url="true"' in page
+    assert '<option value="warn" selected>' in page
+    assert '<input type="hidden" name="sort" value="name" form="filters">' in page
+
+
+@pytest.mark.django_db
+def test_it_sends_only_the_table_to_htmx(viewer_client, make_fleet):
+    make_fleet(2)
+    response = viewer_client.get("/?sort=-name", **hx())
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert body.lstrip().startswith('<div id="node-table"')
+    assert "<html" not in body and "Fleet findings" not in body and 'id="filters"' not in body
+    assert "HX-Request" in response["Vary"]
+
+
+@pytest.mark.django_db
+def test_it_sends_the_full_page_on_boosted_and_history_restore(viewer_client, make_fleet):
+    make_fleet(1)
+    for headers in (hx(hx_history_restore_request="true"), hx(hx_boosted="true")):
+        response = viewer_client.get("/", **headers)
+        assert "<html" in response.content.decode()
+        assert "HX-Request" in response["Vary"]
+    assert "HX-Request" in viewer_client.get("/")["Vary"]
+
+
+@pytest.mark.django_db
+def test_it_sends_the_summary_fragment(viewer_client, make_fleet):
+    make_fleet(2)
+    response = viewer_client.get(reverse("web:fleet_summary"), **hx())
+    body = response.content.decode()
+    assert body.lstrip().startswith('<section id="fleet-summary"')
+    assert "Nodes online" in body and "node-table" not in body
+    assert "HX-Request" in response["Vary"]
+
+
+@pytest.mark.django_db
+def test_it_escapes_stored_text(viewer_client):
+    node = ingest("alpha", 2)
+    node.driver_version = "<script>alert(1)</script>"
+    node.save()
+    page = viewer_client.get("/").content.decode()
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+@pytest.mark.django_db
+def test_it_refuses_post(operator_client, make_fleet):
+    assert operator_client.post("/").status_code == 405
+
+
+# Query counts must not grow with the fleet. Every request: session, user,
+# permissions (user, groups), driver versions for the filter. Then the table: count,
+# page; the summary: tiles, offline nodes, driver and toolkit drift, vanished GPUs,
+# claims naming missing GPUs.
+FULL_PAGE_QUERIES = 13
+TABLE_QUERIES = 7
+SUMMARY_QUERIES = 11
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("size", [3, 30])
+def test_it_reads_a_fixed_number_of_queries(viewer_client, make_fleet, django_assert_num_queries, size):
+    nodes = make_fleet(size)
+    # Something for every fleet finding, so each of their queries runs.
+    Node.objects.filter(pk=nodes[0].pk).update(offline=True, driver_version="550.54.15")
+    Node.objects.filter(pk=nodes[1].pk).update(driver_version="550.54.15", toolkit_version="v 1.17.0")
+    ingest(nodes[2].name, 1, at=timezone.now() + timedelta(seconds=5))
+    Claim.objects.create(node=nodes[2], name="train", device_ids=["9"], missing_devices=["9"])
+
+    with django_assert_num_queries(FULL_PAGE_QUERIES):
+        assert viewer_client.get("/?per=200").status_code == 200
+    with django_assert_num_queries(TABLE_QUERIES):
+        assert viewer_client.get("/?per=200&sort=-vram", **hx()).status_code == 200
+    with django_assert_num_queries(SUMMARY_QUERIES):
+        assert viewer_client.get(reverse("web:fleet_summary"), **hx()).status_code == 200
+
+
+@pytest.mark.django_db
+def test_it_pushes_the_short_url_for_a_filter_form_sent_by_htmx(viewer_client, make_fleet):
+    make_fleet(1)
+    response = viewer_client.get("/?q=&health=warn&attach=&driver=&offline=&per=&sort=name", **hx())
+    assert response["HX-Push-Url"] == "/?health=warn&sort=name"
+    assert 'hx-get="/?health=warn&amp;sort=name" hx-trigger="every 10s"' in response.content.decode()
+    # A refresh from the short URL itself pushes nothing.
+    assert "HX-Push-Url" not in viewer_client.get("/?health=warn&sort=name", **hx())

@@ -1,0 +1,129 @@
+"""The node page /nodes/<name>/: devices with holders and charts, vanished GPUs,
+findings worst first with fixes, actions by role, and its findings fragment."""
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from gpufleet.claims.models import Claim
+from gpufleet.fleet.models import Node
+from tests.web.conftest import hx, ingest
+
+
+@pytest.mark.django_db
+def test_it_shows_devices_holders_and_charts(viewer_client, alpha):
+    Claim.objects.create(node=alpha, name="train-llm", device_ids=["1"])
+    response = viewer_client.get(reverse("web:node_detail", args=["alpha"]))
+    page = response.content.decode()
+    assert response.status_code == 200
+    device = alpha.devices.get(index=1)
+    assert device.uuid in page
+    assert page.count('<svg class="spark"') == 8
+    assert "<polyline" in page
+    assert "train-llm" in page
+    assert "1.0 / 140.4 GiB" in page  # VRAM bar with its value in text
+    assert 'id="job-slot"' in page
+    assert 'id="claims' in page  # the claims panel (templates/claims/node_claims.html) is included
+
+
+@pytest.mark.django_db
+def test_it_shows_vanished_gpus_as_vanished(viewer_client):
+    ingest("alpha", 2)
+    ingest("alpha", 1, at=timezone.now() + timedelta(seconds=5))
+    page = viewer_client.get("/nodes/alpha/").content.decode()
+    assert 'class="is-vanished"' in page
+    assert '<span class="badge badge-red">Vanished</span>' in page
+
+
+@pytest.mark.django_db
+def test_it_greys_an_offline_node(viewer_client, alpha):
+    Node.objects.filter(pk=alpha.pk).update(offline=True, last_seen=timezone.now() - timedelta(hours=2))
+    page = viewer_client.get("/nodes/alpha/").content.decode()
+    assert "Not reporting" in page and "last seen <time" in page and "2 h ago" in page
+    assert '<span class="badge badge-grey">Offline</span>' in page
+    assert "bar-muted" in page
+
+
+@pytest.mark.django_db
+def test_it_orders_findings_fail_warn_ok(viewer_client):
+    # Full VRAM warns per GPU; no toolkit warns; CDI/runtime fail when nothing attaches.
+    ingest("alpha", 2, used_mib=140000, attach="none", toolkit=None)
+    findings = viewer_client.get("/nodes/alpha/findings/", **hx()).content.decode()
+    statuses = [s for s in ("badge-red", "badge-amber", "badge-green") if s in findings]
+    positions = [findings.find(s) for s in statuses]
+    assert statuses[:2] == ["badge-red", "badge-amber"]
+    assert positions == sorted(positions)
+    assert findings.rfind("badge-red") < findings.find("badge-amber")
+    assert findings.rfind("badge-amber") < findings.find("badge-green")
+
+
+@pytest.mark.django_db
+def test_it_shows_fixes_with_copy_buttons(viewer_client, alpha):
+    page = viewer_client.get("/nodes/alpha/").content.decode()
+    assert '<code class="fix-cmd" id="fix-cdi">sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml</code>' in page
+    assert '<button type="button" class="copy" data-copy="fix-cdi">Copy</button>' in page
+    assert '<script src="/static/gpufleet/copy.js" defer></script>' in page
+
+
+@pytest.mark.django_db
+def test_it_hides_actions_from_viewers(viewer_client, alpha):
+    page = viewer_client.get("/nodes/alpha/").content.decode()
+    assert "Diagnose now" not in page and "Apply fix" not in page
+
+
+@pytest.mark.django_db
+def test_it_shows_diagnose_to_operators_but_not_fixes(operator_client, alpha):
+    page = operator_client.get("/nodes/alpha/").content.decode()
+    assert 'hx-post="/nodes/alpha/diagnose/"' in page and 'action="/nodes/alpha/diagnose/"' in page
+    assert "Apply fix" not in page
+
+
+@pytest.mark.django_db
+def test_it_shows_fix_buttons_to_admins_for_allowed_codes_only(admin_role_client, alpha):
+    page = admin_role_client.get("/nodes/alpha/").content.decode()
+    assert 'href="/nodes/alpha/fix/cdi/"' in page and 'hx-post="/nodes/alpha/fix/cdi/"' in page
+    assert "hx-confirm=" in page
+    assert "/fix/runtime/" not in page and "/fix/toolkit/" not in page
+
+
+@pytest.mark.django_db
+def test_it_sends_only_the_findings_to_htmx(viewer_client, alpha):
+    response = viewer_client.get(reverse("web:node_findings", args=["alpha"]), **hx())
+    body = response.content.decode()
+    assert body.lstrip().startswith('<section id="findings"')
+    assert 'hx-trigger="findings-changed from:body, every 30s"' in body
+    assert "<html" not in body and "spark" not in body
+    assert "HX-Request" in response["Vary"]
+    # Without HTMX the same URL is the whole node page.
+    assert "<html" in viewer_client.get(reverse("web:node_findings", args=["alpha"])).content.decode()
+
+
+@pytest.mark.django_db
+def test_it_404s_for_unknown_nodes(viewer_client):
+    assert viewer_client.get("/nodes/nope/").status_code == 404
+
+
+def _with_history(name: str, gpus: int) -> None:
+    start = timezone.now() - timedelta(hours=3)
+    for i in range(4):
+        ingest(name, gpus, at=start + timedelta(minutes=30 * i))
+
+
+# session, user, permissions (user, groups), node, findings; the claims panel's
+# own (devices, claims, recent claim changes: owned by the claims editor, so this
+# number moves when that panel does); devices, all samples of the node in one
+# query, recent jobs. Nothing per GPU.
+NODE_PAGE_QUERIES = 12
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("gpus", [2, 8])
+def test_it_reads_a_fixed_number_of_queries(admin_role_client, django_assert_num_queries, gpus):
+    _with_history("alpha", gpus)
+    node = Node.objects.get(name="alpha")
+    Claim.objects.create(node=node, name="train", device_ids=["0"])
+    with django_assert_num_queries(NODE_PAGE_QUERIES):
+        page = admin_role_client.get("/nodes/alpha/").content.decode()
+    assert page.count('<svg class="spark"') == gpus

@@ -1,0 +1,166 @@
+"""Doctor reports: /nodes/<name>/report.{json,csv,md} and /report.{json,csv,md}."""
+
+import csv
+import io
+import json
+
+import pytest
+from django.urls import reverse
+
+from gpufleet.fleet.models import Finding, Node
+from gpufleet.web.reports import safe_cell
+from tests.web.conftest import ingest
+
+DOCTOR_KEYS = {
+    "node", "present", "driver_version", "devices", "runtime_installed", "toolkit_version",
+    "cdi_spec_files", "cdi_devices", "attach", "findings",
+}
+DEVICE_KEYS = {"index", "uuid", "name", "vram_total_mib", "vram_used_mib", "utilization_percent"}
+
+
+def _body(response) -> str:
+    assert response.streaming
+    return b"".join(response.streaming_content).decode()
+
+
+@pytest.mark.django_db
+def test_it_exports_a_node_as_json(viewer_client, alpha):
+    response = viewer_client.get(reverse("web:node_report", args=["alpha", "json"]))
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    assert response["Content-Disposition"].startswith('attachment; filename="gpufleet-alpha-doctor-')
+    report = json.loads(_body(response))
+    assert DOCTOR_KEYS | {"schema_version", "collected_at", "status"} <= set(report)
+    assert report["schema_version"] == 1 and report["status"] == "ok" and report["node"] == "alpha"
+    assert len(report["devices"]) == 8 and set(report["devices"][0]) == DEVICE_KEYS
+    cdi = next(f for f in report["findings"] if f["code"] == "cdi")
+    assert set(cdi) == {"code", "name", "status", "message", "fix"}
+    driver = next(f for f in report["findings"] if f["code"] == "driver")
+    assert "fix" not in driver  # fix only when there is one, as the doctor writes it
+
+
+@pytest.mark.django_db
+def test_it_keeps_only_problems(viewer_client):
+    ingest("alpha", 2, used_mib=140000, toolkit=None)
+    report = json.loads(_body(viewer_client.get("/nodes/alpha/report.json?only=problems")))
+    assert report["findings"] and {f["status"] for f in report["findings"]} <= {"warn", "fail"}
+    assert {"gpu0", "gpu1", "toolkit"} <= {f["code"] for f in report["findings"]}
+
+
+@pytest.mark.django_db
+def test_it_says_offline_in_the_report(viewer_client, alpha):
+    Node.objects.filter(pk=alpha.pk).update(offline=True)
+    assert json.loads(_body(viewer_client.get("/nodes/alpha/report.json")))["status"] == "offline"
+
+
+@pytest.mark.django_db
+def test_it_exports_csv_one_row_per_finding_guarded(viewer_client, alpha):
+    Finding.objects.filter(node=alpha, code="driver").update(message="=HYPERLINK(\"http://evil\")", name="+sum")
+    Finding.objects.filter(node=alpha, code="attach").update(message="@cmd", fix="-2+3")
+    response = viewer_client.get("/nodes/alpha/report.csv")
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    rows = list(csv.reader(io.StringIO(_body(response))))
+    assert rows[0] == ["node", "code", "name", "status", "message", "fix"]
+    assert len(rows) - 1 == alpha.findings.count()
+    by_code = {row[1]: row for row in rows[1:]}
+    assert by_code["driver"][2] == "'+sum" and by_code["driver"][4] == "'=HYPERLINK(\"http://evil\")"
+    assert by_code["attach"][4] == "'@cmd" and by_code["attach"][5] == "'-2+3"
+    assert by_code["cdi"][5] == "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
+
+
+def test_it_guards_every_formula_prefix():
+    for prefix in "=+-@\t\r":
+        assert safe_cell(prefix + "x") == "'" + prefix + "x"
+    assert safe_cell("plain") == "plain" and safe_cell(None) == "" and safe_cell(3) == "3"
+
+
+@pytest.mark.django_db
+def test_it_exports_markdown_ready_for_a_ticket(viewer_client):
+    ingest("alpha", 2, used_mib=140000)
+    Finding.objects.filter(node__name="alpha", code="driver").update(message="a | b <img src=x>")
+    response = viewer_client.get("/nodes/alpha/report.md")
+    text = _body(response)
+    assert response["Content-Type"] == "text/markdown; charset=utf-8"
+    assert text.startswith("# gpufleet doctor report\n")
+    assert "## alpha: Warning" in text
+    assert "| Status | Check | Message | Fix |" in text
+    assert "| WARN | GPU 0 (NVIDIA H200) |" in text
+    assert "a \\| b &lt;img src=x&gt;" in text
+    assert "`sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`" in text
+    # Worst first.
+    assert text.index("| WARN |") < text.index("| OK |")
+
+
+@pytest.mark.django_db
+def test_it_404s_unknown_node_and_format(viewer_client, alpha):
+    assert viewer_client.get("/nodes/nope/report.json").status_code == 404
+    assert viewer_client.get("/nodes/alpha/report.xml").status_code == 404
+
+
+@pytest.mark.django_db
+def test_it_exports_the_fleet_as_json_with_the_overview_filters(viewer_client):
+    ingest("alpha", 2)
+    ingest("bravo", 2, attach="cdi")
+    ingest("charlie", 0, attach="none", toolkit=None)
+    data = json.loads(_body(viewer_client.get("/report.json?sort=-name")))
+    assert data["schema_version"] == 1 and "generated_at" in data
+    assert [n["node"] for n in data["nodes"]] == ["charlie", "bravo", "alpha"]
+    assert all(DOCTOR_KEYS | {"schema_version", "collected_at", "status"} <= set(n) for n in data["nodes"])
+
+    filtered = json.loads(_body(viewer_client.get("/report.json?attach=cdi")))
+    assert [n["node"] for n in filtered["nodes"]] == ["bravo"]
+    empty = json.loads(_body(viewer_client.get("/report.json?q=zzz")))
+    assert empty["nodes"] == []
+
+
+@pytest.mark.django_db
+def test_it_leaves_healthy_nodes_out_of_fleet_problem_reports(viewer_client):
+    ingest("alpha", 2)
+    ingest("bravo", 2, used_mib=140000)
+    offline = ingest("charlie", 2)
+    Node.objects.filter(pk=offline.pk).update(offline=True)
+    data = json.loads(_body(viewer_client.get("/report.json?only=problems")))
+    assert [n["node"] for n in data["nodes"]] == ["bravo", "charlie"]
+    assert all(f["status"] in ("warn", "fail") for n in data["nodes"] for f in n["findings"])
+
+
+@pytest.mark.django_db
+def test_it_exports_the_fleet_as_csv_and_markdown(viewer_client, make_fleet):
+    make_fleet(3)
+    rows = list(csv.reader(io.StringIO(_body(viewer_client.get("/report.csv")))))
+    assert rows[0] == ["node", "code", "name", "status", "message", "fix"]
+    assert {row[0] for row in rows[1:]} == {"node-00", "node-01", "node-02"}
+    text = _body(viewer_client.get("/report.md?only=problems"))
+    assert text.startswith("# gpufleet doctor report (warnings and failures only)")
+    assert "No nodes to report." in text
+    assert "## node-01: OK" in _body(viewer_client.get("/report.md"))
+
+
+@pytest.mark.django_db
+def test_it_links_downloads_with_the_current_filters(viewer_client, alpha):
+    page = viewer_client.get("/?attach=legacy&page=1").content.decode()
+    assert 'href="/report.json?attach=legacy"' in page
+    assert 'href="/report.md?attach=legacy&amp;only=problems"' in page
+    node_page = viewer_client.get("/nodes/alpha/").content.decode()
+    assert 'href="/nodes/alpha/report.csv?only=problems"' in node_page
+
+
+# session, user, permissions (user, groups), driver versions (filter form), then
+# one chunk of nodes with its current devices and findings prefetched.
+FLEET_EXPORT_QUERIES = 8
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("size", [3, 30])
+@pytest.mark.parametrize("fmt", ["json", "csv", "md"])
+def test_it_streams_the_fleet_in_fixed_queries(viewer_client, make_fleet, django_assert_num_queries, size, fmt):
+    make_fleet(size)
+    with django_assert_num_queries(FLEET_EXPORT_QUERIES):
+        body = _body(viewer_client.get(f"/report.{fmt}"))
+    assert "node-00" in body and f"node-{size - 1:02d}" in body
+
+
+@pytest.mark.django_db
+def test_it_reads_a_node_report_in_fixed_queries(viewer_client, alpha, django_assert_num_queries):
+    with django_assert_num_queries(7):  # session, user, permissions (2), node, devices, findings
+        _body(viewer_client.get("/nodes/alpha/report.json"))
