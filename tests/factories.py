@@ -8,18 +8,9 @@ from datetime import datetime, timedelta, timezone
 
 from gpufleet import gpu
 from gpufleet.fleet.snapshot import build_snapshot
+from tests.fakes.recorded import H200_UUIDS
 from tests.gpu.fakes import FakeDocker, host
 
-H200_UUIDS = [
-    "GPU-a44622e3-2296-6285-0a86-84d0f6c67900",
-    "GPU-4f31bb83-f8dc-d0af-029e-bc4356e6afeb",
-    "GPU-4e9e74b7-4977-f04d-3af3-ccfe5f570e90",
-    "GPU-02dbe542-8a6f-11a4-7c2a-486b7d4e9092",
-    "GPU-cb449822-5571-be90-8303-e7558da3ea66",
-    "GPU-8e137fa6-c3d9-6980-7733-0d8df296756e",
-    "GPU-d9337494-6060-1440-039f-4654245b5764",
-    "GPU-28780eb0-24d5-1f13-59b8-ae5c23617a72",
-]
 
 
 def gpu_uuid(node: str, index: int) -> str:

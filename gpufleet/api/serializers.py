@@ -57,12 +57,7 @@ def ledger_summary(ledger: gpu.Ledger) -> dict:
 def device(d: Device, ledger: gpu.Ledger) -> dict:
     """A GPU; `holder` is the claim pinning it (or taking every GPU), vanished GPUs have none."""
     return {
-        "index": d.index,
-        "uuid": d.uuid,
-        "name": d.name,
-        "vram_total_mib": d.vram_total_mib,
-        "vram_used_mib": d.vram_used_mib,
-        "utilization_percent": d.utilization_percent,
+        **d.as_gpu_device().to_dict(),
         "last_seen": _time(d.last_seen),
         "vanished_at": _time(d.vanished_at),
         "holder": None if d.vanished else ledger.holder_of(d.index),

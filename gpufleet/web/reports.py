@@ -54,17 +54,7 @@ def node_report(node: Node, only_problems: bool = False) -> dict:
         "last_seen": _iso(node.last_seen),
         "present": node.present,
         "driver_version": node.driver_version,
-        "devices": [
-            {
-                "index": d.index,
-                "uuid": d.uuid,
-                "name": d.name,
-                "vram_total_mib": d.vram_total_mib,
-                "vram_used_mib": d.vram_used_mib,
-                "utilization_percent": d.utilization_percent,
-            }
-            for d in node.report_devices
-        ],
+        "devices": [d.as_gpu_device().to_dict() for d in node.report_devices],
         "runtime_installed": node.runtime_installed,
         "toolkit_version": node.toolkit_version,
         "cdi_spec_files": list(node.cdi_spec_files),

@@ -65,6 +65,11 @@ class Command(BaseCommand):
         setup_test_environment()
         settings.ALLOWED_HOSTS = ["testserver"]
         old_name = connection.settings_dict["NAME"]
+        # Its own database name, so a bench never clobbers a test run's database.
+        bench_name = "gpufleet_bench"
+        if connection.vendor == "sqlite":
+            bench_name = str(settings.DATA_DIR / "bench.sqlite3")
+        connection.settings_dict["TEST"]["NAME"] = bench_name
         test_db = connection.creation.create_test_db(verbosity=0, autoclobber=True)
         try:
             engine = connection.vendor
