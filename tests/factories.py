@@ -4,13 +4,12 @@ in-memory host (fake nvidia-smi/nvidia-ctk output and Docker facts)."""
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from gpufleet import gpu
 from gpufleet.fleet.snapshot import build_snapshot
 from tests.fakes.recorded import H200_UUIDS
 from tests.gpu.fakes import FakeDocker, host
-
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -40,7 +39,7 @@ def diagnosis(node: str = "alpha", gpus: int = 8, attach: str = "legacy", toolki
 
 def snapshot(node: str = "alpha", gpus: int = 8, at: datetime | None = None, fixes=(), **kwargs) -> dict:
     """A valid snapshot dict; `at` defaults to now (UTC)."""
-    return build_snapshot(diagnosis(node, gpus, **kwargs), node, list(fixes), at or datetime.now(timezone.utc))
+    return build_snapshot(diagnosis(node, gpus, **kwargs), node, list(fixes), at or datetime.now(UTC))
 
 
 def later(snap: dict, seconds: float = 30) -> datetime:

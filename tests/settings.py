@@ -6,7 +6,7 @@ import tempfile
 
 os.environ.setdefault("GPUFLEET_DATA_DIR", tempfile.mkdtemp(prefix="gpufleet-test-"))
 
-from gpufleet.settings import *  # noqa: E402,F403
+from gpufleet.settings import *  # noqa: F403
 
 # Fast hashing for the personas' passwords; the real hasher is tested by Django.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

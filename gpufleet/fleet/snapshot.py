@@ -8,7 +8,7 @@ values are rejected with a reason, never half-stored.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -116,7 +116,7 @@ def build_snapshot(
     collected_at: datetime | None = None,
 ) -> dict:
     """The JSON-ready snapshot of one collection on this host."""
-    collected_at = collected_at or datetime.now(timezone.utc)
+    collected_at = collected_at or datetime.now(UTC)
     return {
         "schema_version": SCHEMA_VERSION,
         **diagnosis.to_dict(node),

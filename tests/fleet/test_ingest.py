@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -80,7 +80,7 @@ def _malformed():
     case("naive timestamp", lambda d: d.update(collected_at="2026-12-01T10:00:00"))
     case("bad node name", lambda d: d.update(node="../etc"))
     case("devices but not present", lambda d: d.update(present=False))
-    case("far future", lambda d: d.update(collected_at=(datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()))
+    case("far future", lambda d: d.update(collected_at=(datetime.now(UTC) + timedelta(hours=1)).isoformat()))
     cases["not a dict"] = ["nope"]
     return cases
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
@@ -85,7 +85,7 @@ class Command(BaseCommand):
             connection.creation.destroy_test_db(old_name, verbosity=0)
 
     def _statements_per_snapshot(self) -> None:
-        t0 = datetime.now(timezone.utc) - timedelta(hours=1)
+        t0 = datetime.now(UTC) - timedelta(hours=1)
         counts = []
         for gpus in (1, 8, 64):
             name = f"stmt-{gpus}"
@@ -96,7 +96,7 @@ class Command(BaseCommand):
         self.stdout.write("SQL statements per snapshot (incl. BEGIN/COMMIT where counted): " + ", ".join(counts))
 
     def _ingest(self, start: int, stop: int, gpus: int) -> None:
-        t0 = datetime.now(timezone.utc) - timedelta(minutes=30)
+        t0 = datetime.now(UTC) - timedelta(minutes=30)
         snapshots = [_snapshot(f"bench-{n:05d}", gpus, t0) for n in range(start, stop)]
         began = time.perf_counter()
         for snap in snapshots:
