@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,132 @@ def log_in(page, user, password: str | None = None):
     page.click("button[type=submit]")
     page.wait_for_url(lambda url: "/accounts/login/" not in url)
     return page
+
+
+# --- a small fleet, ingested through the real snapshot path -------------------
+
+HEALTHY, HOT, BROKEN, GONE, SPEC = "h200-a01", "h200-a02", "h200-b01", "h200-b02", "a40-c01"
+CDI_SPEC_FILE = "/etc/cdi/nvidia.yaml"
+
+
+def _ingest(snap: dict, now=None):
+    from gpufleet.fleet.ingest import ingest_snapshot
+    from gpufleet.fleet.models import Node
+
+    result = ingest_snapshot(snap, now=now)
+    assert result.outcome == "accepted", result
+    return Node.objects.get(name=snap["node"])
+
+
+def cdi_spec_snapshot(name: str, gpus: int = 8, fixes=("cdi",), at=None, **smi) -> dict:
+    """A node with an NVIDIA CDI spec on disk that Docker does not list: the "cdi"
+    finding warns (and its fix is allowed when `fixes` says so)."""
+    from datetime import datetime
+
+    from gpufleet import gpu
+    from gpufleet.fleet.snapshot import build_snapshot
+    from tests.factories import smi_rows
+    from tests.gpu.fakes import FakeDocker, host
+
+    runner = host(smi=smi_rows(name, gpus, name="NVIDIA A40", total_mib=46068, **smi),
+                  ctk="NVIDIA Container Toolkit CLI version 1.18.2\ncommit: 9e88ed3\n")
+    docker = FakeDocker(gpu.DockerInfo(runtimes=("runc", "nvidia"), cdi_devices=()))
+    diagnosis = gpu.diagnose_host(runner, docker, [CDI_SPEC_FILE])
+    return build_snapshot(diagnosis, name, list(fixes), at or datetime.now(UTC))
+
+
+@pytest.fixture
+def fleet(transactional_db):
+    """Five nodes: healthy (8 GPUs, CDI), warning (VRAM nearly full, 4 GPUs), failing
+    (no toolkit, Docker cannot attach GPUs; 8 GPUs), offline (8 GPUs) and one whose
+    CDI spec Docker ignores (warning, remote "cdi" fix allowed; 8 GPUs)."""
+    from datetime import datetime, timedelta
+
+    from gpufleet.fleet.models import Node
+    from tests.factories import snapshot
+
+    now = datetime.now(UTC)
+    nodes = {
+        HEALTHY: _ingest(snapshot(HEALTHY, 8, attach="cdi", used_mib=30000, util="40")),
+        HOT: _ingest(snapshot(HOT, 4, used_mib=140000, util="97")),
+        BROKEN: _ingest(snapshot(BROKEN, 8, attach="none", toolkit=None, util="0")),
+        GONE: _ingest(snapshot(GONE, 8, at=now - timedelta(hours=2)), now=now - timedelta(hours=2)),
+        SPEC: _ingest(cdi_spec_snapshot(SPEC, used_mib=12000, util="55")),
+    }
+    Node.objects.filter(name=GONE).update(offline=True)
+    nodes[GONE].refresh_from_db()
+    return nodes
+
+
+def add_history(node, hours: int = 24, every_minutes: int = 10) -> int:
+    """24 h of samples for the node's GPUs, as if it had reported every 10 minutes
+    (samples only, written directly: the charts' lines need no gap over 15 min)."""
+    import math
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from gpufleet.fleet.models import DeviceSample
+
+    now = timezone.now()
+    samples = []
+    for device in node.devices.all():
+        total = device.vram_total_mib or 1
+        for step in range(1, hours * 60 // every_minutes):
+            at = now - timedelta(minutes=step * every_minutes)
+            phase = step / 18 + device.index
+            samples.append(DeviceSample(device=device, collected_at=at,
+                                        vram_used_mib=int(total * (0.35 + 0.25 * math.sin(phase))),
+                                        utilization_percent=int(50 + 40 * math.sin(phase * 1.7))))
+    DeviceSample.objects.bulk_create(samples)
+    return len(samples)
+
+
+# --- the broker, in-process --------------------------------------------------
+
+
+class InProcessBroker:
+    """Stands in for the broker: app.send_task puts messages here, and the test
+    delivers them one by one to the real task functions (agent collect, ingest,
+    job progress) in this process, so each step of a job can be watched on the page."""
+
+    def __init__(self):
+        import queue
+
+        self.messages = queue.Queue()
+        self.sent: list[tuple[str, list, str | None]] = []
+
+    def send_task(self, name, args=None, kwargs=None, queue=None, **options):
+        message = (name, list(args or []), queue)
+        self.sent.append(message)
+        self.messages.put(message)
+
+    def take(self, name: str, timeout: float = 10) -> tuple[str, list, str | None]:
+        got = self.messages.get(timeout=timeout)
+        assert got[0] == name, f"expected a {name} message, got {got}"
+        return got
+
+    def deliver(self, name: str, timeout: float = 10) -> tuple[str, list, str | None]:
+        """Run the next message (which must be a `name` task) as a worker would."""
+        from gpufleet.celery import app
+
+        message = self.take(name, timeout)
+        app.tasks[name].apply(args=message[1], throw=True)
+        return message
+
+    def empty(self) -> bool:
+        return self.messages.empty()
+
+
+@pytest.fixture
+def broker_here(monkeypatch):
+    """app.send_task goes to an InProcessBroker for the test; see deliver()."""
+    # Registers the tasks the broker delivers to (collect, job_progress, ingest).
+    import gpufleet.agent.tasks
+    import gpufleet.fleet.tasks
+    import gpufleet.jobs.tasks  # noqa: F401
+    from gpufleet.celery import app
+
+    broker = InProcessBroker()
+    monkeypatch.setattr(app, "send_task", broker.send_task)
+    return broker
