@@ -10,4 +10,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpufleet.settings")
 
 app = Celery("gpufleet")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["gpufleet.agent", "gpufleet.fleet", "gpufleet.jobs"])
+app.autodiscover_tasks(["gpufleet.agent", "gpufleet.fleet", "gpufleet.jobs", "gpufleet.ingest"])

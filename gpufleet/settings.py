@@ -44,11 +44,14 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "template_partials",
+    "gpufleet.core",
+    "gpufleet.agent",
     "gpufleet.fleet",
     "gpufleet.claims",
     "gpufleet.jobs",
     "gpufleet.audit",
-    "gpufleet.web",
+    "gpufleet.ingest",
+    "gpufleet.api",
 ]
 
 MIDDLEWARE = [
@@ -61,7 +64,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "gpufleet.web.middleware.LoginRequiredHtmxMiddleware",
+    "gpufleet.core.middleware.LoginRequiredHtmxMiddleware",
 ]
 
 ROOT_URLCONF = "gpufleet.urls"
@@ -76,7 +79,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "gpufleet.web.access.access_context",
+                "gpufleet.core.access.access_context",
             ],
         },
     },
@@ -110,7 +113,7 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "web:fleet"
+LOGIN_REDIRECT_URL = "fleet:overview"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"

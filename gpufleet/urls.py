@@ -10,5 +10,7 @@ urlpatterns = [
     path("healthz", lambda request: HttpResponse("ok", content_type="text/plain"), name="healthz"),
     path("api/", include("gpufleet.api.urls")),
     path("claims/", include("gpufleet.claims.urls")),
-    path("", include("gpufleet.web.urls")),
+    path("", include("gpufleet.jobs.urls")),
+    path("", include("gpufleet.audit.urls")),
+    path("", include("gpufleet.fleet.urls")),
 ]

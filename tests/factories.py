@@ -7,7 +7,7 @@ import hashlib
 from datetime import UTC, datetime, timedelta
 
 from gpufleet import gpu
-from gpufleet.fleet.snapshot import build_snapshot
+from gpufleet.wire import build_snapshot
 from tests.fakes.recorded import H200_UUIDS
 from tests.gpu.fakes import FakeDocker, host
 

@@ -11,8 +11,8 @@ import os
 from django.conf import settings
 
 from gpufleet import gpu
-from gpufleet.fleet.snapshot import build_snapshot
 from gpufleet.gpu.host import EngineDocker, SubprocessRunner, list_cdi_spec_files, parse_spec_dirs
+from gpufleet.wire import build_snapshot
 
 
 def diagnose_this_host(runner: gpu.Runner | None = None) -> gpu.HostDiagnosis:

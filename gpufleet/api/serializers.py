@@ -65,10 +65,7 @@ def device(d: Device, ledger: gpu.Ledger) -> dict:
 
 
 def finding(f: Finding) -> dict:
-    data = {"code": f.code, "name": f.name, "status": f.status, "message": f.message}
-    if f.fix:
-        data["fix"] = f.fix
-    return data
+    return f.as_gpu_finding().to_dict()
 
 
 def claim(c: Claim) -> dict:

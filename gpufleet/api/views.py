@@ -5,7 +5,7 @@ login middleware) and writes keep Django's CSRF check: a script logs in through
 /accounts/login/ like a browser, keeps its cookies, and sends the `csrftoken`
 cookie's value back in an `X-CSRFToken` header (every API response sets that
 cookie); over HTTPS it also sends a Referer of the site. Reads need the "view" permission, writes "edit_claims"
-(gpufleet.web.access), otherwise 403 JSON.
+(gpufleet.core.access), otherwise 403 JSON.
 
 Errors are `{"error": {"code": ..., "message": ...}}`. A refused claim carries the
 ledger's machine code: 422 when the claim itself is wrong (unknown_device,
@@ -27,8 +27,8 @@ from gpufleet import gpu
 from gpufleet.api import serializers
 from gpufleet.claims import services
 from gpufleet.claims.models import Claim
+from gpufleet.core.access import EDIT_CLAIMS, VIEW, can
 from gpufleet.fleet.models import Node
-from gpufleet.web.access import EDIT_CLAIMS, VIEW, can
 
 PAGE_SIZE = 100
 _READS = ("GET", "HEAD")
@@ -190,8 +190,7 @@ def _node(name: str) -> Node:
 
 
 def _ledger(node: Node, devices, claims) -> gpu.Ledger:
-    current = [d for d in devices if d.vanished_at is None]
-    return gpu.Ledger(node.gpu_info(current), [c.as_gpu_claim() for c in claims])
+    return node.ledger(devices=[d for d in devices if not d.vanished], claims=claims)
 
 
 def _reload(saved: Claim) -> Claim:

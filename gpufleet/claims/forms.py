@@ -88,13 +88,9 @@ class ClaimForm(forms.Form):
         return self.editing.updated_at.isoformat()
 
     def expected_updated_at(self) -> datetime | None:
-        raw = (self.cleaned_data.get("updated_at") or "").strip()
-        if not raw or self.editing is None:
+        if self.editing is None:
             return None
-        try:
-            return datetime.fromisoformat(raw)
-        except ValueError:
-            return datetime.min  # unreadable: treat as stale, never as "no check"
+        return services.parse_version(self.cleaned_data.get("updated_at"))
 
     def clean(self) -> dict:
         data = super().clean()

@@ -70,18 +70,25 @@ def sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
-def ledger_for(node: Node, excluding: Claim | None = None) -> gpu.Ledger:
-    """The node's ledger built from its current devices and claims, optionally
-    leaving out the claim being edited (an edit is checked against the others)."""
-    claims = node.claims.all()
-    if excluding is not None and excluding.pk:
-        claims = claims.exclude(pk=excluding.pk)
-    return gpu.Ledger(node.gpu_info(), [c.as_gpu_claim() for c in claims])
+def parse_version(raw) -> datetime | None:
+    """The version token an editor sends back (the claim's `updated_at` as ISO 8601).
+    Empty means "no check"; an unreadable one counts as stale, never as "no check"."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        return datetime.min
+    raw = raw.strip()
+    if not raw:
+        return None
+    try:
+        return datetime.fromisoformat(raw)
+    except ValueError:
+        return datetime.min
 
 
 def check_claim(node: Node, proposed: gpu.Claim, editing: Claim | None = None) -> gpu.FitError | None:
     """Would `proposed` fit now? For inline validation; `save_claim` checks again under lock."""
-    return ledger_for(node, excluding=editing).fit(proposed)
+    return node.ledger(excluding=editing).fit(proposed)
 
 
 def check_name(node: Node, name: str, editing: Claim | None = None) -> NameTaken | None:
@@ -156,5 +163,5 @@ def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None
 
 
 def _store_reserved(node: Node) -> None:
-    node.gpus_reserved = ledger_for(node).reserved
+    node.gpus_reserved = node.ledger().reserved
     node.save(update_fields=["gpus_reserved"])

@@ -8,7 +8,6 @@ through `services`, and `services.save_claim` asks again under the node lock."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -20,15 +19,16 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import trigger_client_event
 
 from gpufleet import gpu
 from gpufleet.audit.models import AuditEntry
 from gpufleet.claims import services
 from gpufleet.claims.forms import ClaimForm
 from gpufleet.claims.models import Claim
+from gpufleet.core.access import EDIT_CLAIMS, VIEW, can, requires
+from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.fleet.models import Device, Node
-from gpufleet.web.access import EDIT_CLAIMS, VIEW, can, requires
-from gpufleet.web.htmx import render_page, wants_fragment
 
 AUDIT_ROWS = 10
 LIST_PAGE_SIZE = 50
@@ -39,11 +39,11 @@ CHANGED_EVENT = "claims-changed"
 
 
 def node_url(node: Node) -> str:
-    return reverse("web:node_detail", kwargs={"name": node.name})
+    return reverse("fleet:node_detail", kwargs={"name": node.name})
 
 
 def audit_url(node: Node) -> str:
-    return f"{reverse('web:audit')}?{urlencode({'node': node.name})}"
+    return f"{reverse('audit:log')}?{urlencode({'node': node.name})}"
 
 
 # --- the panel on the node page --------------------------------------------
@@ -52,14 +52,12 @@ def audit_url(node: Node) -> str:
 def claims_panel_context(request, node: Node, form: ClaimForm | None = None, notice: str = "") -> dict:
     """Context for templates/claims/node_claims.html: the node's ledger and claims,
     the add (or given) form for users who may edit, and recent claim audit rows.
-    A fixed number of queries whatever the node's GPU or claim count. Keys other
-    than node, ledger and holder_by_index start with claim(s)_ so the node page's
-    own context is never overwritten."""
+    A fixed number of queries whatever the node's GPU or claim count."""
     if not can(request.user, VIEW):
         raise PermissionDenied("your role may not view")
-    devices = _current_devices(node)
+    devices = node.current_devices()
     claims = list(node.claims.all())
-    ledger = gpu.Ledger(node.gpu_info(devices), [c.as_gpu_claim() for c in claims])
+    ledger = node.ledger(devices=devices, claims=claims)
     can_edit = can(request.user, EDIT_CLAIMS)
     if can_edit and form is None:
         form = _add_form(node, ledger, devices)
@@ -72,7 +70,6 @@ def claims_panel_context(request, node: Node, form: ClaimForm | None = None, not
     return {
         "node": node,
         "ledger": ledger,
-        "holder_by_index": {d.index: ledger.holder_of(d.index) for d in ledger.info.devices},
         "claim_rows": claims,
         "claim_form": form if can_edit else None,
         "claims_notice": notice,
@@ -99,7 +96,7 @@ def _panel_response(
     patch_vary_headers(response, ["HX-Request"])
     if changed:
         # For parts of the node page outside the panel (the device table's holders).
-        response["HX-Trigger"] = CHANGED_EVENT
+        trigger_client_event(response, CHANGED_EVENT)
     return response
 
 
@@ -189,7 +186,7 @@ def delete(request: HttpRequest, pk: int) -> HttpResponse:
     if request.method == "GET" or request.POST.get("confirm") != "yes":
         return _confirm_page(request, claim)
     try:
-        services.delete_claim(claim, request.user, expected_updated_at=_parse_version(request.POST.get("updated_at")))
+        services.delete_claim(claim, request.user, expected_updated_at=services.parse_version(request.POST.get("updated_at")))
     except services.ClaimGone:
         return _gone(request, node, in_panel)
     except services.StaleClaim as exc:
@@ -247,10 +244,6 @@ def claim_list(request: HttpRequest) -> HttpResponse:
 # --- helpers ---------------------------------------------------------------
 
 
-def _current_devices(node: Node) -> list[Device]:
-    return list(node.devices.filter(vanished_at__isnull=True).order_by("index"))
-
-
 def _add_form(node: Node, ledger: gpu.Ledger, devices: list[Device], data=None) -> ClaimForm:
     return ClaimForm(
         data,
@@ -263,8 +256,8 @@ def _add_form(node: Node, ledger: gpu.Ledger, devices: list[Device], data=None) 
 
 
 def _form(node: Node, editing: Claim | None, data=None) -> ClaimForm:
-    devices = _current_devices(node)
-    ledger = gpu.Ledger(node.gpu_info(devices), [c.as_gpu_claim() for c in node.claims.all()])
+    devices = node.current_devices()
+    ledger = node.ledger(devices=devices)
     if editing is None:
         return _add_form(node, ledger, devices, data)
     return ClaimForm(
@@ -290,16 +283,6 @@ def _form_context(node: Node, form: ClaimForm, in_panel: bool) -> dict:
 
 def _in_panel(request) -> bool:
     return (request.POST.get("in_panel") or request.GET.get("in_panel")) == "1"
-
-
-def _parse_version(raw: str | None) -> datetime | None:
-    raw = (raw or "").strip()
-    if not raw:
-        return None
-    try:
-        return datetime.fromisoformat(raw)
-    except ValueError:
-        return datetime.min
 
 
 def _gpu_labels(ledger: gpu.Ledger, claim: Claim) -> list[dict]:

@@ -9,31 +9,53 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from gpufleet import gpu
+from gpufleet import gpu, wire
+
+_COLOURS = {"ok": "green", "warn": "amber", "fail": "red", "offline": "grey"}
+
+
+class FindingStatus(models.TextChoices):
+    """A doctor finding's status: the domain's `gpu.Status`, with labels. It cannot
+    hold "offline": that is a node's health, not something a finding says."""
+
+    OK = gpu.Status.OK, "OK"
+    WARN = gpu.Status.WARN, "Warning"
+    FAIL = gpu.Status.FAIL, "Failing"
+
+    @property
+    def colour(self) -> str:
+        return _COLOURS[self.value]
+
+    @property
+    def rank(self) -> int:
+        return gpu.Status(self.value).rank
 
 
 class Health(models.TextChoices):
-    """A node's or finding's status. The order is severity; `colour` names the CSS
-    class, and the label is always shown next to it (never colour alone)."""
+    """A node's health as shown: its worst finding, or offline when it stopped
+    reporting (worse than failing: nothing it said is current). `colour` names the
+    CSS class; the label is always shown next to it (never colour alone)."""
 
-    OK = "ok", "OK"
-    WARN = "warn", "Warning"
-    FAIL = "fail", "Failing"
+    OK = gpu.Status.OK, "OK"
+    WARN = gpu.Status.WARN, "Warning"
+    FAIL = gpu.Status.FAIL, "Failing"
     OFFLINE = "offline", "Offline"
 
     @property
     def colour(self) -> str:
-        return {"ok": "green", "warn": "amber", "fail": "red", "offline": "grey"}[self.value]
+        return _COLOURS[self.value]
 
     @property
     def rank(self) -> int:
-        return ["ok", "warn", "fail", "offline"].index(self.value)
+        if self is Health.OFFLINE:
+            return gpu.Status.FAIL.rank + 1
+        return gpu.Status(self.value).rank
 
 
 class Attach(models.TextChoices):
-    CDI = gpu.ATTACH_CDI, "CDI"
-    LEGACY = gpu.ATTACH_LEGACY, "nvidia runtime"
-    NONE = gpu.ATTACH_NONE, "none"
+    CDI = gpu.Attach.CDI, "CDI"
+    LEGACY = gpu.Attach.LEGACY, "nvidia runtime"
+    NONE = gpu.Attach.NONE, "none"
 
 
 def offline_after() -> timedelta:
@@ -59,7 +81,8 @@ class Node(models.Model):
     last_seen = models.DateTimeField(default=timezone.now, help_text="When the last snapshot arrived.")
     collected_at = models.DateTimeField(null=True, blank=True, help_text="When the agent took it.")
     offline = models.BooleanField(default=False)
-    health = models.CharField(max_length=8, choices=Health.choices, default=Health.OK)
+    # The worst finding of the latest snapshot; whether it is offline is `offline`.
+    health = models.CharField(max_length=8, choices=FindingStatus.choices, default=FindingStatus.OK)
 
     present = models.BooleanField(default=False)
     driver_version = models.CharField(max_length=64, blank=True)
@@ -99,19 +122,50 @@ class Node(models.Model):
 
     @property
     def agent_queue(self) -> str:
-        return f"node.{self.name}"
+        return wire.agent_queue(self.name)
 
-    def gpu_info(self, devices=None) -> gpu.Info:
-        """The node as the domain sees it, for the ledger. `devices` are the current
-        (not vanished) Device rows; queried when not given."""
+    def current_devices(self) -> list[Device]:
+        """The GPUs of the latest snapshot (not the vanished ones), by index. Uses
+        the prefetched `current_devices_cache` when the queryset has one."""
+        cached = getattr(self, "current_devices_cache", None)
+        if cached is not None:
+            return cached
+        return list(self.devices.filter(vanished_at__isnull=True).order_by("index"))
+
+    def gpu_info(self, devices: list[Device] | None = None) -> gpu.Info:
+        """The node as the domain sees it. `devices` are the current Device rows;
+        read with `current_devices()` when not given."""
         if devices is None:
-            devices = self.devices.filter(vanished_at__isnull=True)
+            devices = self.current_devices()
         return gpu.Info(
             present=self.present,
             driver_version=self.driver_version,
             devices=tuple(d.as_gpu_device() for d in sorted(devices, key=lambda d: d.index)),
             runtime_installed=self.runtime_installed,
             cdi_devices=tuple(self.cdi_devices),
+        )
+
+    def ledger(self, excluding=None, devices: list[Device] | None = None, claims=None) -> gpu.Ledger:
+        """The node's claims ledger: its current GPUs and every claim on it, but
+        `excluding` (the claim being edited, which is checked against the others).
+        `devices` and `claims` save a query when the caller has them already."""
+        if claims is None:
+            claims = self.claims.all()
+        others = [c for c in claims if excluding is None or c.pk != excluding.pk]
+        return gpu.Ledger(self.gpu_info(devices), [c.as_gpu_claim() for c in others])
+
+    def diagnosis(self, devices: list[Device] | None = None, findings=None) -> gpu.HostDiagnosis:
+        """The stored snapshot as the domain's diagnosis, so every report of it
+        (doctor JSON, exports, API) is built by `HostDiagnosis.to_dict`."""
+        if findings is None:
+            findings = self.findings.all()
+        return gpu.HostDiagnosis(
+            info=self.gpu_info(devices),
+            toolkit_version=self.toolkit_version,
+            cdi_spec_files=tuple(self.cdi_spec_files),
+            cdi_devices=tuple(self.cdi_devices),
+            attach=gpu.Attach(self.attach),
+            findings=tuple(f.as_gpu_finding() for f in findings),
         )
 
 
@@ -164,7 +218,7 @@ class Finding(models.Model):
     position = models.PositiveIntegerField(default=0)
     code = models.CharField(max_length=64)
     name = models.CharField(max_length=200)
-    status = models.CharField(max_length=8, choices=Health.choices)
+    status = models.CharField(max_length=8, choices=FindingStatus.choices)
     message = models.TextField(blank=True)
     fix = models.TextField(blank=True)
 
@@ -176,8 +230,11 @@ class Finding(models.Model):
         return f"{self.node.name} {self.code}: {self.status}"
 
     @property
-    def health(self) -> Health:
-        return Health(self.status)
+    def health(self) -> FindingStatus:
+        return FindingStatus(self.status)
+
+    def as_gpu_finding(self) -> gpu.Finding:
+        return gpu.Finding(code=self.code, name=self.name, status=self.status, message=self.message, fix=self.fix)
 
 
 class DeviceSample(models.Model):

@@ -1,4 +1,4 @@
-"""Central tasks: ingest snapshots from agents, and the fleet jobs of the central beat."""
+"""The fleet jobs of the central beat: offline marking and history pruning."""
 
 from __future__ import annotations
 
@@ -9,21 +9,9 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from gpufleet.fleet.ingest import ingest_snapshot
 from gpufleet.fleet.models import DeviceSample, Node
 
 log = logging.getLogger(__name__)
-
-
-@shared_task(name="gpufleet.fleet.tasks.ingest", ignore_result=True)
-def ingest(snapshot: dict, job_id: int | None = None) -> str:
-    """Store a snapshot; when it answers a "diagnose now" job, finish that job."""
-    from gpufleet.jobs.services import finish_diagnosis
-
-    result = ingest_snapshot(snapshot)
-    if job_id is not None:
-        finish_diagnosis(job_id, result)
-    return result.outcome
 
 
 @shared_task(name="gpufleet.fleet.tasks.mark_offline", ignore_result=True)

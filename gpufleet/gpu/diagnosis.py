@@ -6,7 +6,7 @@ attach GPUs, each as one Finding with a status and, where there is one, a fix.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -15,7 +15,8 @@ from gpufleet.gpu.host import COMMAND_TIMEOUT_S, DockerFacts, Runner
 
 
 class Status(StrEnum):
-    """Finding statuses, matching the doctor report's vocabulary."""
+    """Finding statuses, matching the doctor report's vocabulary. Declared in
+    severity order: this order is the one ranking of ok < warn < fail."""
 
     OK = "ok"
     WARN = "warn"
@@ -23,10 +24,13 @@ class Status(StrEnum):
 
     @property
     def rank(self) -> int:
-        return _STATUS_RANK[self]
+        """0 for ok, 1 for warn, 2 for fail: sort by it, worst last."""
+        return list(Status).index(self)
 
-
-_STATUS_RANK = {Status.OK: 0, Status.WARN: 1, Status.FAIL: 2}
+    @classmethod
+    def worst(cls, statuses: Iterable[str]) -> Status:
+        """The most severe of `statuses` (ok when there are none)."""
+        return max((cls(s) for s in statuses), key=lambda s: s.rank, default=cls.OK)
 
 STATUS_OK = Status.OK
 STATUS_WARN = Status.WARN
@@ -108,9 +112,7 @@ class HostDiagnosis:
 
     @property
     def worst_status(self) -> Status:
-        return max(
-            (f.status for f in self.findings), key=lambda s: s.rank, default=Status.OK
-        )
+        return Status.worst(f.status for f in self.findings)
 
     def to_dict(self, node: str) -> dict:
         """The doctor's JSON report for `node`."""

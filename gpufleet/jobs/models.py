@@ -57,5 +57,9 @@ class Job(models.Model):
         return f"{what} on {self.node.name}: {self.status}"
 
     @property
+    def state(self) -> JobStatus:
+        return JobStatus(self.status)
+
+    @property
     def finished(self) -> bool:
-        return JobStatus(self.status).finished
+        return self.state.finished

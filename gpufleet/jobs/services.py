@@ -9,11 +9,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from gpufleet.audit.models import record
-from gpufleet.fleet.ingest import ACCEPTED, IngestResult
 from gpufleet.jobs.models import OPEN_STATUSES, Job, JobKind, JobStatus
-
-COLLECT = "gpufleet.agent.tasks.collect"
-APPLY_FIX = "gpufleet.agent.tasks.apply_fix"
+from gpufleet.wire import APPLY_FIX_TASK, COLLECT_TASK
 
 
 class FixNotAllowed(Exception):
@@ -38,7 +35,7 @@ def request_diagnosis(node, user) -> Job:
             return job
         job = Job.objects.create(node=node, kind=JobKind.DIAGNOSE, requested_by=user)
         record(user, "node.diagnose", node=node, target=node.name, after={"job": job.pk})
-        _send_on_commit(COLLECT, [job.pk], node.agent_queue)
+        _send_on_commit(COLLECT_TASK, [job.pk], node.agent_queue)
     return job
 
 
@@ -49,7 +46,7 @@ def request_fix(node, code: str, user) -> Job:
     with transaction.atomic():
         job = Job.objects.create(node=node, kind=JobKind.FIX, fix_code=code, requested_by=user)
         record(user, "node.fix", node=node, target=code, after={"job": job.pk, "fix": code})
-        _send_on_commit(APPLY_FIX, [job.pk, code], node.agent_queue)
+        _send_on_commit(APPLY_FIX_TASK, [job.pk, code], node.agent_queue)
     return job
 
 
@@ -64,12 +61,6 @@ def report_progress(job_id: int, status: str, output: str = "", error: str = "")
     elif status.finished:
         fields["finished_at"] = now
     return bool(Job.objects.filter(pk=job_id, status__in=OPEN_STATUSES).update(**fields))
-
-
-def finish_diagnosis(job_id: int, result: IngestResult) -> bool:
-    if result.outcome == ACCEPTED:
-        return report_progress(job_id, JobStatus.DONE, "new snapshot stored")
-    return report_progress(job_id, JobStatus.FAILED, error=f"snapshot {result.outcome}: {result.reason}")
 
 
 def expire_jobs(now=None) -> int:

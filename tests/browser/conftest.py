@@ -69,8 +69,8 @@ CDI_SPEC_FILE = "/etc/cdi/nvidia.yaml"
 
 
 def _ingest(snap: dict, now=None):
-    from gpufleet.fleet.ingest import ingest_snapshot
     from gpufleet.fleet.models import Node
+    from gpufleet.ingest.services import ingest_snapshot
 
     result = ingest_snapshot(snap, now=now)
     assert result.outcome == "accepted", result
@@ -83,7 +83,7 @@ def cdi_spec_snapshot(name: str, gpus: int = 8, fixes=("cdi",), at=None, **smi) 
     from datetime import datetime
 
     from gpufleet import gpu
-    from gpufleet.fleet.snapshot import build_snapshot
+    from gpufleet.wire import build_snapshot
     from tests.factories import smi_rows
     from tests.gpu.fakes import FakeDocker, host
 

@@ -21,9 +21,9 @@ from gpufleet.audit.models import AuditEntry
 from gpufleet.claims import services as claims
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Finding, Node
+from gpufleet.fleet.reports import CSV_COLUMNS, REPORT_SCHEMA_VERSION
 from gpufleet.jobs import services as jobs
 from gpufleet.jobs.models import Job, JobStatus
-from gpufleet.web.reports import CSV_COLUMNS, SCHEMA_VERSION
 from tests.browser.conftest import BROKEN, CDI_SPEC_FILE, GONE, HEALTHY, HOT, SPEC, add_history, log_in
 from tests.factories import gpu_uuid, smi_rows
 
@@ -442,7 +442,7 @@ def test_it_exports_each_format_from_the_node_and_the_fleet_page(page, fleet, vi
     name, body = download(page, links.locator("a[href$='/report.json']"))
     assert re.fullmatch(rf"gpufleet-{SPEC}-doctor-\d{{8}}T\d{{6}}Z\.json", name)
     report = json.loads(body)
-    assert report["schema_version"] == SCHEMA_VERSION and report["node"] == SPEC and report["status"] == "warn"
+    assert report["schema_version"] == REPORT_SCHEMA_VERSION and report["node"] == SPEC and report["status"] == "warn"
     assert len(report["devices"]) == 8
     assert [f["code"] for f in report["findings"]] == [f.code for f in stored]
     assert all({"code", "name", "status", "message"} <= f.keys() for f in report["findings"])
@@ -471,7 +471,7 @@ def test_it_exports_each_format_from_the_node_and_the_fleet_page(page, fleet, vi
     links = page.locator("#node-table .downloads a")
     _, body = download(page, links.nth(0))
     report = json.loads(body)
-    assert report["schema_version"] == SCHEMA_VERSION
+    assert report["schema_version"] == REPORT_SCHEMA_VERSION
     assert [n["node"] for n in report["nodes"]] == [SPEC, HOT]
     assert all({"code", "name", "status", "message"} <= f.keys() for n in report["nodes"] for f in n["findings"])
     name, body = download(page, links.nth(1))

@@ -9,8 +9,8 @@ from html import unescape
 from gpufleet import gpu
 from gpufleet.claims import services
 from gpufleet.claims.models import Claim
-from gpufleet.fleet.ingest import ingest_snapshot
 from gpufleet.fleet.models import Node
+from gpufleet.ingest.services import ingest_snapshot
 from tests.factories import gpu_uuid, later, snapshot
 
 HTMX = {"HTTP_HX_REQUEST": "true"}

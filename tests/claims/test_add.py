@@ -3,6 +3,8 @@ to the node page (PRG) and an invalid one re-renders the page with its errors.""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpufleet.audit.models import AuditEntry
@@ -67,7 +69,7 @@ def test_it_returns_the_updated_panel_to_htmx(operator_client, operator):
     assert "HX-Request" in response["Vary"]
     assert summary(html) == {"total": "8", "reserved": "4", "free": "4", "holders": "eval, train"}
     assert "Claim train added: 3 GPUs." in html
-    assert response["HX-Trigger"] == "claims-changed"
+    assert json.loads(response["HX-Trigger"]) == {"claims-changed": {}}
     # A fresh, empty add form for the next claim.
     assert field_errors(html, "name") == []
     assert 'name="name" value="train"' not in html

@@ -3,6 +3,8 @@ without JavaScript), audited, refused when the claim changed meanwhile."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpufleet import gpu
@@ -66,7 +68,7 @@ def test_it_returns_the_updated_panel_to_htmx(operator_client, operator):
     assert html.lstrip().startswith('<section id="claims-panel"')
     assert summary(html) == {"total": "4", "reserved": "1", "free": "3", "holders": "eval"}
     assert "Claim train deleted." in html
-    assert response["HX-Trigger"] == "claims-changed"
+    assert json.loads(response["HX-Trigger"]) == {"claims-changed": {}}
 
 
 def test_it_refuses_to_delete_a_claim_changed_meanwhile(operator_client, operator, admin_user):

@@ -11,8 +11,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from gpufleet.claims.models import Claim
-from gpufleet.fleet.ingest import ACCEPTED, REJECTED, STALE, ingest_snapshot
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
+from gpufleet.ingest.services import ACCEPTED, REJECTED, STALE, ingest_snapshot
 from tests.factories import later, snapshot
 
 pytestmark = pytest.mark.django_db
@@ -89,7 +89,7 @@ def _malformed():
 def test_it_rejects_a_malformed_snapshot_and_writes_nothing(name, caplog):
     data = _malformed()[name]
     before = _row_counts()
-    with caplog.at_level(logging.WARNING, logger="gpufleet.fleet.ingest"):
+    with caplog.at_level(logging.WARNING, logger="gpufleet.ingest.services"):
         result = ingest_snapshot(data)
     assert result.outcome == REJECTED
     assert result.reason

@@ -8,8 +8,9 @@ import pytest
 from django.utils import timezone
 
 from gpufleet.fleet import tasks
-from gpufleet.fleet.ingest import ingest_snapshot
 from gpufleet.fleet.models import DeviceSample, Node
+from gpufleet.ingest.services import ingest_snapshot
+from gpufleet.ingest.tasks import ingest as ingest_task
 from tests.factories import snapshot
 
 pytestmark = pytest.mark.django_db
@@ -43,6 +44,6 @@ def test_the_ingest_task_finishes_the_job_it_answers(admin_user):
     ingest_snapshot(snapshot("n", gpus=1))
     job = Job.objects.create(node=Node.objects.get(name="n"), kind=JobKind.DIAGNOSE)
     snap = snapshot("n", gpus=1, at=timezone.now() + timedelta(seconds=1))
-    assert tasks.ingest(snap, job.pk) == "accepted"
+    assert ingest_task(snap, job.pk) == "accepted"
     job.refresh_from_db()
     assert job.status == JobStatus.DONE

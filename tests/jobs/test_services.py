@@ -8,8 +8,8 @@ import pytest
 from django.utils import timezone
 
 from gpufleet.audit.models import AuditEntry
-from gpufleet.fleet.ingest import IngestResult, ingest_snapshot
 from gpufleet.fleet.models import Node
+from gpufleet.ingest.services import IngestResult, finish_diagnosis, ingest_snapshot
 from gpufleet.jobs import services
 from gpufleet.jobs.models import Job, JobKind, JobStatus
 from tests.factories import snapshot
@@ -77,7 +77,7 @@ def test_progress_moves_an_open_job_and_never_reopens_a_finished_one(node, admin
 
 def test_a_diagnosis_fails_when_its_snapshot_was_rejected(node):
     job = Job.objects.create(node=node, kind=JobKind.DIAGNOSE)
-    services.finish_diagnosis(job.pk, IngestResult("rejected", "alpha", "invalid snapshot: devices.0.index"))
+    finish_diagnosis(job.pk, IngestResult("rejected", "alpha", "invalid snapshot: devices.0.index"))
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED and "devices.0.index" in job.error
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpufleet.fleet.ingest import ingest_snapshot
 from gpufleet.fleet.models import Node
+from gpufleet.ingest.services import ingest_snapshot
 from tests.factories import snapshot
 
 

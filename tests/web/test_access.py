@@ -6,13 +6,13 @@ from django.urls import reverse
 from tests.web.conftest import hx
 
 PAGES = [
-    ("web:fleet", {}),
-    ("web:fleet_summary", {}),
-    ("web:node_detail", {"name": "alpha"}),
-    ("web:node_findings", {"name": "alpha"}),
-    ("web:node_report", {"name": "alpha", "fmt": "json"}),
-    ("web:fleet_report", {"fmt": "csv"}),
-    ("web:audit", {}),
+    ("fleet:overview", {}),
+    ("fleet:summary", {}),
+    ("fleet:node_detail", {"name": "alpha"}),
+    ("fleet:node_findings", {"name": "alpha"}),
+    ("fleet:node_report", {"name": "alpha", "fmt": "json"}),
+    ("fleet:report", {"fmt": "csv"}),
+    ("audit:log", {}),
 ]
 
 
@@ -27,7 +27,7 @@ def test_it_redirects_anonymous_to_login(client, alpha, name, kwargs):
 
 @pytest.mark.django_db
 def test_it_answers_anonymous_htmx_with_hx_redirect(client, alpha):
-    response = client.get(reverse("web:fleet"), **hx(hx_current_url="http://testserver/?health=warn"))
+    response = client.get(reverse("fleet:overview"), **hx(hx_current_url="http://testserver/?health=warn"))
     assert response.status_code == 204
     assert response["HX-Redirect"] == reverse("login") + "?next=/?health=warn"
 
@@ -51,15 +51,21 @@ def test_it_refuses_outsider_on_job_status(client, outsider, alpha, sent_tasks):
 
     job = request_diagnosis(alpha, None)
     client.force_login(outsider)
-    assert client.get(reverse("web:job_status", args=[job.pk])).status_code == 403
+    assert client.get(reverse("jobs:status", args=[job.pk])).status_code == 403
 
 
 @pytest.mark.django_db
-def test_it_links_admin_only_for_user_managers(viewer_client, admin_role_client, alpha):
+def test_it_links_admin_only_for_those_the_admin_site_lets_in(viewer_client, admin_role_client, admin_user, alpha):
     assert 'href="/admin/"' not in viewer_client.get("/").content.decode()
+    # The admin role is not staff: Django's admin would refuse it, so no link.
     page = admin_role_client.get("/").content.decode()
-    assert 'href="/admin/"' in page
+    assert 'href="/admin/"' not in page
+    assert admin_role_client.get("/admin/").status_code == 302
     assert ">Claims</a>" in page and ">Audit</a>" in page
+    admin_user.is_staff = True
+    admin_user.save()
+    assert 'href="/admin/"' in admin_role_client.get("/").content.decode()
+    assert admin_role_client.get("/admin/").status_code == 200
 
 
 @pytest.mark.django_db

@@ -11,7 +11,7 @@ from tests.web.conftest import hx
 def test_it_lists_entries_newest_first(viewer_client, operator, alpha):
     record(operator, "claim.create", node=alpha, target="train", after={"name": "train", "count": 2})
     record(operator, "claim.update", node=alpha, target="train", before={"count": 2}, after={"count": 3})
-    page = viewer_client.get(reverse("web:audit")).content.decode()
+    page = viewer_client.get(reverse("audit:log")).content.decode()
     assert page.index("claim.update") < page.index("claim.create")
     assert "otto" in page and 'href="/nodes/alpha/"' in page
     assert '<code>{&quot;count&quot;: 2}</code> → <code>{&quot;count&quot;: 3}</code>' in page

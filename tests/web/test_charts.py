@@ -1,10 +1,10 @@
-"""gpufleet.web.charts: pure SVG polyline points for the node page's history charts."""
+"""gpufleet.fleet.charts: pure SVG polyline points for the node page's history charts."""
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpufleet.web.charts import HEIGHT, PAD, WIDTH, Sample, gpu_chart, segments
+from gpufleet.fleet.charts import HEIGHT, PAD, WIDTH, Sample, gpu_chart, segments
 
 END = datetime(2025, 1, 2, 12, 0, tzinfo=UTC)
 START = END - timedelta(hours=24)

@@ -7,7 +7,7 @@ from gpufleet.audit.models import AuditEntry
 from gpufleet.jobs.models import Job, JobKind, JobStatus
 from tests.web.conftest import hx
 
-URL = reverse("web:node_diagnose", args=["alpha"])
+URL = reverse("jobs:diagnose", args=["alpha"])
 
 
 @pytest.mark.django_db

@@ -8,7 +8,7 @@ from gpufleet.audit.models import AuditEntry
 from gpufleet.jobs.models import Job, JobKind
 from tests.web.conftest import hx
 
-URL = reverse("web:node_fix", args=["alpha", "cdi"])
+URL = reverse("jobs:fix", args=["alpha", "cdi"])
 
 
 @pytest.mark.django_db
@@ -50,7 +50,7 @@ def test_it_returns_the_job_fragment_to_htmx(admin_role_client, alpha, sent_task
 @pytest.mark.django_db
 @pytest.mark.parametrize("method", ["get", "post"])
 def test_it_refuses_codes_the_node_does_not_allow(admin_role_client, alpha, sent_tasks, method):
-    url = reverse("web:node_fix", args=["alpha", "runtime"])
+    url = reverse("jobs:fix", args=["alpha", "runtime"])
     assert getattr(admin_role_client, method)(url).status_code == 403
     assert not Job.objects.exists() and not AuditEntry.objects.exists()
     assert sent_tasks == []

@@ -25,7 +25,7 @@ def test_it_shows_tiles_and_rows(viewer_client):
     ingest("nogpu", 0, attach="none", toolkit=None)
     Node.objects.filter(name="bravo").update(offline=True)
 
-    response = viewer_client.get(reverse("web:fleet"))
+    response = viewer_client.get(reverse("fleet:overview"))
     page = response.content.decode()
     assert response.status_code == 200
     assert "Nodes online" in page and "2 <small>/ 3</small>" in page
@@ -46,7 +46,7 @@ def test_it_names_fleet_findings(viewer_client):
     Claim.objects.create(node=alpha, name="train", device_ids=["GPU-gone"], missing_devices=["GPU-gone"])
     ingest("alpha", 1, driver="570.133.20", at=timezone.now() + timedelta(seconds=5))  # GPU 1 vanished
 
-    page = viewer_client.get(reverse("web:fleet")).content.decode()
+    page = viewer_client.get(reverse("fleet:overview")).content.decode()
     assert "Driver versions differ across nodes" in page
     assert 'href="/?driver=550.54.15"' in page
     assert "Container toolkit versions differ across nodes" in page and "1.17.0 on 1 node" in page
@@ -154,7 +154,7 @@ def test_it_sends_the_full_page_on_boosted_and_history_restore(viewer_client, ma
 @pytest.mark.django_db
 def test_it_sends_the_summary_fragment(viewer_client, make_fleet):
     make_fleet(2)
-    response = viewer_client.get(reverse("web:fleet_summary"), **hx())
+    response = viewer_client.get(reverse("fleet:summary"), **hx())
     body = response.content.decode()
     assert body.lstrip().startswith('<section id="fleet-summary"')
     assert "Nodes online" in body and "node-table" not in body
@@ -200,7 +200,7 @@ def test_it_reads_a_fixed_number_of_queries(viewer_client, make_fleet, django_as
     with django_assert_num_queries(TABLE_QUERIES):
         assert viewer_client.get("/?per=200&sort=-vram", **hx()).status_code == 200
     with django_assert_num_queries(SUMMARY_QUERIES):
-        assert viewer_client.get(reverse("web:fleet_summary"), **hx()).status_code == 200
+        assert viewer_client.get(reverse("fleet:summary"), **hx()).status_code == 200
 
 
 @pytest.mark.django_db

@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 
 from gpufleet.fleet.models import Finding, Node
-from gpufleet.web.reports import safe_cell
+from gpufleet.fleet.reports import safe_cell
 from tests.web.conftest import ingest
 
 DOCTOR_KEYS = {
@@ -25,7 +25,7 @@ def _body(response) -> str:
 
 @pytest.mark.django_db
 def test_it_exports_a_node_as_json(viewer_client, alpha):
-    response = viewer_client.get(reverse("web:node_report", args=["alpha", "json"]))
+    response = viewer_client.get(reverse("fleet:node_report", args=["alpha", "json"]))
     assert response.status_code == 200
     assert response["Content-Type"] == "application/json"
     assert response["Content-Disposition"].startswith('attachment; filename="gpufleet-alpha-doctor-')

@@ -1,0 +1,17 @@
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+class CoreConfig(AppConfig):
+    name = "gpufleet.core"
+    label = "core"
+
+    def ready(self):
+        # Load the Celery app in every Django process (web, commands), so shared
+        # tasks bind to it; not in gpufleet/__init__.py, which would drag Celery
+        # and Django into every import of the pure domain package.
+        import gpufleet.celery  # noqa: F401
+        from gpufleet.core.roles import ensure_roles
+
+        # After every app's permissions exist, whichever app migrated last.
+        post_migrate.connect(ensure_roles, dispatch_uid="gpufleet.core.ensure_roles")

@@ -1,0 +1,74 @@
+"""Template helpers every page uses: `{% status_badge %}`, `|gib`, `{% vram_bar %}`,
+`{% pct_bar %}`, `|json_compact`. Ages use Django's `|naturaltime`.
+
+Everything here builds HTML with format_html, so stored text is always escaped."""
+
+from __future__ import annotations
+
+import json
+
+from django import template
+from django.utils.html import format_html
+
+register = template.Library()
+
+
+@register.simple_tag
+def status_badge(status, text: str = "") -> str:
+    """A status as text plus colour (never colour alone). `status` is a choices
+    member with `colour` and `label` (node health, finding status, job status);
+    anything else shows as grey text. `text` replaces the label when given."""
+    colour, label = getattr(status, "colour", None), getattr(status, "label", None)
+    if colour is None or label is None:
+        return format_html('<span class="badge badge-grey">{}</span>', text or status or "unknown")
+    return format_html('<span class="badge badge-{}">{}</span>', colour, text or label)
+
+
+@register.filter
+def gib(mib) -> str:
+    """MiB as GiB with one decimal: 143771 -> "140.4"."""
+    if mib is None or mib == "":
+        return "?"
+    return f"{int(mib) / 1024:.1f}"
+
+
+def _bar(percent: float | None, text: str, label: str, muted: bool, levels: bool = True) -> str:
+    """A bar with its value as text. With `levels`, a fuller bar turns amber then red
+    (VRAM running out); utilization has no such levels: busy GPUs are the point."""
+    width = 0.0 if percent is None else max(0.0, min(100.0, percent))
+    level = "neutral"
+    if levels and percent is not None:
+        level = "high" if percent >= 90 else "mid" if percent >= 70 else "low"
+    return format_html(
+        '<span class="bar{}" role="img" aria-label="{}: {}">'
+        '<span class="bar-track"><span class="bar-fill bar-{}" style="width: {}%"></span></span>'
+        '<span class="bar-text">{}</span></span>',
+        " bar-muted" if muted else "",
+        label,
+        text,
+        level,
+        f"{width:.1f}",
+        text,
+    )
+
+
+@register.simple_tag
+def vram_bar(used_mib, total_mib, muted: bool = False) -> str:
+    """VRAM as a bar with its values in text: "12.0 / 140.4 GiB"."""
+    if not total_mib:
+        return format_html('<span class="muted">{}</span>', "no VRAM reported")
+    percent = 100.0 * (used_mib or 0) / total_mib
+    return _bar(percent, f"{gib(used_mib)} / {gib(total_mib)} GiB ({percent:.0f} %)", "VRAM used", muted)
+
+
+@register.simple_tag
+def pct_bar(percent, label: str = "Utilization", muted: bool = False) -> str:
+    if percent is None:
+        return format_html('<span class="muted" title="{}">{}</span>', label, "n/a")
+    return _bar(float(percent), f"{float(percent):.0f} %", label, muted, levels=False)
+
+
+@register.filter
+def json_compact(value) -> str:
+    """A JSON value on one line, keys sorted (for the audit log's before → after)."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)

@@ -1,0 +1,63 @@
+"""What the node page shows, read with a fixed number of queries whatever the
+node's GPU count: its devices (current first, then vanished) with their 24 h
+charts from one sample query, and its findings worst first."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import prefetch_related_objects
+
+from gpufleet import gpu
+from gpufleet.fleet import charts
+from gpufleet.fleet.models import Device, DeviceSample, Finding, FindingStatus, Node
+
+HISTORY_HOURS = 24
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    device: Device
+    holder: str | None
+    chart: charts.Chart
+    stale: bool  # vanished, or its node stopped reporting: last known values, not live
+
+
+def load_for_page(node: Node) -> None:
+    """Read the node's devices (all, vanished too) and claims once for the whole page:
+    the device table, the ledger and the claims panel all use these."""
+    prefetch_related_objects([node], "devices", "claims")
+    node.current_devices_cache = sorted((d for d in node.devices.all() if not d.vanished), key=lambda d: d.index)
+
+
+def device_rows(node: Node, ledger: gpu.Ledger, now: datetime) -> list[DeviceRow]:
+    devices = sorted(node.devices.all(), key=lambda d: (d.vanished, d.index, d.uuid))
+    samples: dict[int, list[charts.Sample]] = defaultdict(list)
+    rows = (
+        DeviceSample.objects.filter(device__node=node, collected_at__gte=now - timedelta(hours=HISTORY_HOURS))
+        .order_by("device_id", "collected_at")
+        .values_list("device_id", "collected_at", "vram_used_mib", "utilization_percent")
+    )
+    for device_id, at, vram, util in rows:
+        samples[device_id].append(charts.Sample(at, vram, util))
+    return [
+        DeviceRow(
+            device=d,
+            # A vanished GPU holds nothing, even if a new GPU now has its index.
+            holder=None if d.vanished else ledger.holder_of(d.index),
+            chart=charts.gpu_chart(samples.get(d.pk, ()), d.vram_total_mib, now, HISTORY_HOURS),
+            stale=d.vanished or node.offline,
+        )
+        for d in devices
+    ]
+
+
+def findings_worst_first(node: Node) -> list[Finding]:
+    """fail → warn → ok, the doctor's own order within each. `remote_fix` says whether
+    the node's agent would fix it when asked (whether the user may is access's call)."""
+    findings = sorted(node.findings.all(), key=lambda f: (-f.health.rank, f.position))
+    for finding in findings:
+        finding.remote_fix = finding.code in node.fixes_allowed and (bool(finding.fix) or finding.health != FindingStatus.OK)
+    return findings

@@ -1,0 +1,174 @@
+"""Doctor reports for one node or the fleet, as JSON, CSV and Markdown.
+
+A node report is the doctor's JSON (DESIGN.md) plus `schema_version`,
+`collected_at`, `last_seen` and the node `status`. Fleet reports take the
+overview's filtered queryset and stream: nodes are read in chunks with their
+devices and findings prefetched, so the query count grows with chunks, never
+with nodes, and nothing holds the whole fleet in memory."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+
+from django.db.models import Prefetch, QuerySet
+from django.utils import timezone
+
+from gpufleet import gpu
+from gpufleet.fleet.models import Device, Finding, FindingStatus, Health, Node
+
+REPORT_SCHEMA_VERSION = 1
+CHUNK_SIZE = 200
+PROBLEM_STATUSES = (FindingStatus.WARN, FindingStatus.FAIL)
+CSV_COLUMNS = ("node", "code", "name", "status", "message", "fix")
+FORMATS = {
+    "json": "application/json",
+    "csv": "text/csv; charset=utf-8",
+    "md": "text/markdown; charset=utf-8",
+}
+
+
+def with_report_data(nodes: QuerySet) -> QuerySet:
+    """`nodes` with what a report needs prefetched: current devices and findings."""
+    return nodes.prefetch_related(
+        Prefetch(
+            "devices",
+            queryset=Device.objects.filter(vanished_at__isnull=True).order_by("index"),
+            to_attr="current_devices_cache",
+        ),
+        Prefetch("findings", queryset=Finding.objects.order_by("position"), to_attr="report_findings"),
+    )
+
+
+def node_report(node: Node, only_problems: bool = False) -> dict:
+    """One node's report; the node must come from `with_report_data`."""
+    findings = node.report_findings
+    if only_problems:
+        findings = [f for f in findings if f.status in PROBLEM_STATUSES]
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "node": node.name,
+        "status": node.status.value,
+        "collected_at": _iso(node.collected_at),
+        "last_seen": _iso(node.last_seen),
+        **node.diagnosis(findings=findings).to_dict(node.name),
+    }
+
+
+def fleet_reports(nodes: QuerySet, only_problems: bool = False) -> Iterator[dict]:
+    """Reports of `nodes` in their order; with `only_problems`, nodes with nothing
+    to report (online, no warn or fail finding) are left out."""
+    for node in with_report_data(nodes).iterator(chunk_size=CHUNK_SIZE):
+        report = node_report(node, only_problems)
+        if only_problems and not report["findings"] and report["status"] != Health.OFFLINE:
+            continue
+        yield report
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+# --- JSON -------------------------------------------------------------------
+
+
+def node_json(report: dict) -> Iterator[str]:
+    yield json.dumps(report, indent=2) + "\n"
+
+
+def fleet_json(reports: Iterable[dict], generated_at: datetime | None = None) -> Iterator[str]:
+    """{"schema_version": 1, "generated_at": ..., "nodes": [...]}, written node by node."""
+    generated_at = generated_at or timezone.now()
+    yield f'{{"schema_version": {REPORT_SCHEMA_VERSION}, "generated_at": {json.dumps(generated_at.isoformat())}, "nodes": ['
+    for i, report in enumerate(reports):
+        yield ("," if i else "") + "\n" + json.dumps(report)
+    yield "\n]}\n"
+
+
+# --- CSV --------------------------------------------------------------------
+
+_FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def safe_cell(value) -> str:
+    """A CSV cell a spreadsheet will not run: text starting like a formula gets a
+    leading apostrophe (OWASP's CSV injection advice)."""
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(_FORMULA_PREFIXES) else text
+
+
+class _Echo:
+    """csv.writer target that hands each written row back instead of buffering it."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def csv_rows(reports: Iterable[dict]) -> Iterator[str]:
+    """One row per finding: node, code, name, status, message, fix."""
+    writer = csv.writer(_Echo())
+    yield writer.writerow(CSV_COLUMNS)
+    for report in reports:
+        for f in report["findings"]:
+            row = (report["node"], f["code"], f["name"], f["status"], f["message"], f.get("fix", ""))
+            yield writer.writerow([safe_cell(cell) for cell in row])
+
+
+# --- Markdown ---------------------------------------------------------------
+
+_MARK = {"ok": "OK", "warn": "WARN", "fail": "FAIL"}
+
+
+def _md_text(value) -> str:
+    """Table-cell safe: no pipes, no line breaks, no HTML a ticket system would render."""
+    text = "" if value is None else str(value)
+    text = " ".join(text.split())
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _md_code(value: str) -> str:
+    text = " ".join(value.split()).replace("|", "\\|")
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def node_markdown(report: dict, heading: str = "##") -> str:
+    status = Health(report["status"])
+    lines = [
+        f"{heading} {_md_text(report['node'])}: {status.label}",
+        "",
+        f"- Collected: {report['collected_at'] or 'never'} (last seen {report['last_seen']})",
+        f"- Driver: {_md_text(report['driver_version']) or 'none'}; GPUs: {len(report['devices'])}; "
+        f"attach: {_md_text(report['attach'])}",
+        f"- Toolkit: {_md_text(report['toolkit_version']) or 'not installed'}",
+    ]
+    if status == Health.OFFLINE:
+        lines.append("- **Offline**: the node stopped reporting; findings below are from its last report.")
+    lines.append("")
+    if report["findings"]:
+        lines += ["| Status | Check | Message | Fix |", "| --- | --- | --- | --- |"]
+        for f in sorted(report["findings"], key=lambda f: -gpu.Status(f["status"]).rank):
+            fix = _md_code(f["fix"]) if f.get("fix") else ""
+            lines.append(f"| {_MARK.get(f['status'], f['status'])} | {_md_text(f['name'])} | {_md_text(f['message'])} | {fix} |")
+    else:
+        lines.append("No findings to report.")
+    return "\n".join(lines) + "\n\n"
+
+
+def fleet_markdown(reports: Iterable[dict], generated_at: datetime | None = None, only_problems: bool = False) -> Iterator[str]:
+    generated_at = generated_at or timezone.now()
+    scope = " (warnings and failures only)" if only_problems else ""
+    yield f"# gpufleet doctor report{scope}\n\nGenerated {generated_at.isoformat()}\n\n"
+    empty = True
+    for report in reports:
+        empty = False
+        yield node_markdown(report)
+    if empty:
+        yield "No nodes to report.\n"
+
+
+def node_markdown_doc(report: dict, only_problems: bool = False) -> Iterator[str]:
+    scope = " (warnings and failures only)" if only_problems else ""
+    yield f"# gpufleet doctor report{scope}\n\n"
+    yield node_markdown(report)

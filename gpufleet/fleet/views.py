@@ -1,0 +1,115 @@
+"""The fleet's pages: the overview, the node page and the doctor exports. Views
+stay thin: the querying lives in filters.py (overview filter), summary.py (tiles,
+fleet findings), nodes.py (node page), reports.py (exports); who may do what is
+asked of gpufleet.core.access only. The node page's claims panel and jobs are
+drawn by the claims and jobs apps' template tags."""
+
+from __future__ import annotations
+
+from django.http import Http404, StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from gpufleet.core.access import VIEW, requires
+from gpufleet.core.htmx import render_page, wants_fragment
+from gpufleet.core.querystring import clean_query
+from gpufleet.fleet import nodes as node_page
+from gpufleet.fleet import reports
+from gpufleet.fleet.filters import filter_nodes, paginate
+from gpufleet.fleet.models import Node
+from gpufleet.fleet.summary import FleetSummary
+
+# --- Fleet overview -----------------------------------------------------------
+
+
+@require_GET
+@requires(VIEW)
+def fleet(request, partial: str = "node-table"):
+    """The overview. HTMX asks for the table (filters, sort, page, refresh) at this
+    URL and for the tiles and fleet findings at fleet:summary."""
+    form, nodes = filter_nodes(request.GET)
+    query = clean_query(request.GET)
+    summary_only = partial == "fleet-summary" and wants_fragment(request)
+    context = {
+        "form": form,
+        "query": query,
+        "table_url": _with_query(reverse("fleet:overview"), query),
+        "page": None if summary_only else paginate(nodes, form, request.GET.get("page")),
+        # Queried only when a template reads it: the table fragment never does.
+        "summary": FleetSummary(),
+        "now": timezone.now(),
+    }
+    response = render_page(request, "fleet/fleet.html", context, partial=partial)
+    if wants_fragment(request) and not summary_only and query != request.GET:
+        # The filter form sends every field; push the short URL instead.
+        response["HX-Push-Url"] = context["table_url"]
+    return response
+
+
+def _with_query(path: str, query) -> str:
+    return f"{path}?{query.urlencode()}" if query else path
+
+
+# --- Node page ---------------------------------------------------------------
+
+
+@require_GET
+@requires(VIEW)
+def node_detail(request, name: str, partial: str | None = None):
+    """The node page; HTMX asks for its findings (after a job finished, and on
+    a slow refresh) at fleet:node_findings."""
+    node = get_object_or_404(Node, name=name)
+    now = timezone.now()
+    context = {"node": node, "now": now, "findings": node_page.findings_worst_first(node)}
+    if not (partial and wants_fragment(request)):
+        node_page.load_for_page(node)
+        context["devices"] = node_page.device_rows(node, node.ledger(), now)
+    return render_page(request, "fleet/node_detail.html", context, partial=partial)
+
+
+# --- Exports -----------------------------------------------------------------
+
+
+@require_GET
+@requires(VIEW)
+def node_report(request, name: str, fmt: str):
+    node = get_object_or_404(reports.with_report_data(Node.objects.all()), name=name)
+    only_problems = request.GET.get("only") == "problems"
+    report = reports.node_report(node, only_problems)
+    if fmt == "json":
+        body = reports.node_json(report)
+    elif fmt == "csv":
+        body = reports.csv_rows([report])
+    else:
+        body = reports.node_markdown_doc(report, only_problems)
+    return _download(body, fmt, f"gpufleet-{node.name}-doctor")
+
+
+@require_GET
+@requires(VIEW)
+def fleet_report(request, fmt: str):
+    """The fleet's reports for exactly the nodes the overview's filters select, streamed."""
+    _form, nodes = filter_nodes(request.GET)
+    only_problems = request.GET.get("only") == "problems"
+    found = reports.fleet_reports(nodes, only_problems)
+    if fmt == "json":
+        body = reports.fleet_json(found)
+    elif fmt == "csv":
+        body = reports.csv_rows(found)
+    else:
+        body = reports.fleet_markdown(found, only_problems=only_problems)
+    return _download(body, fmt, "gpufleet-fleet-doctor")
+
+
+def _download(body, fmt: str, stem: str) -> StreamingHttpResponse:
+    if fmt not in reports.FORMATS:
+        raise Http404("unknown report format")
+    response = StreamingHttpResponse(body, content_type=reports.FORMATS[fmt])
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    response["Content-Disposition"] = f'attachment; filename="{stem}-{stamp}.{fmt}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+

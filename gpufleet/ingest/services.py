@@ -1,0 +1,151 @@
+"""Storing one agent snapshot. One snapshot is one transaction with a fixed number
+of SQL statements whatever the node's GPU count (see tests/ingest/test_ingest.py)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from gpufleet.claims.models import Claim
+from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
+from gpufleet.jobs.models import JobStatus
+from gpufleet.jobs.services import report_progress
+from gpufleet.wire import Snapshot, SnapshotError, parse_snapshot
+
+log = logging.getLogger(__name__)
+
+# An agent clock this far ahead would pin the node: every later snapshot would
+# look older than the stored one and be ignored.
+MAX_CLOCK_SKEW = timedelta(minutes=5)
+
+ACCEPTED, STALE, REJECTED = "accepted", "stale", "rejected"
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    outcome: str
+    node: str = ""
+    reason: str = ""
+
+
+def ingest_snapshot(data, now=None) -> IngestResult:
+    """Validate and store one snapshot. A malformed one is rejected with a logged
+    reason and writes nothing; one not newer than the stored one is ignored."""
+    now = now or timezone.now()
+    try:
+        snapshot = parse_snapshot(data)
+        if snapshot.collected_at > now + MAX_CLOCK_SKEW:
+            raise SnapshotError(f"collected_at {snapshot.collected_at.isoformat()} is in the future (agent clock?)")
+    except SnapshotError as exc:
+        name = data.get("node", "") if isinstance(data, dict) else ""
+        log.warning("rejected snapshot from node %r: %s", name, exc)
+        return IngestResult(REJECTED, str(name), str(exc))
+
+    with transaction.atomic():
+        node = _locked_node(snapshot.node, now)
+        if node.collected_at is not None and snapshot.collected_at <= node.collected_at:
+            log.info("ignored snapshot from %s taken %s: not newer than the stored one", node, snapshot.collected_at)
+            return IngestResult(STALE, node.name, "not newer than the stored snapshot")
+        devices = _store_devices(node, snapshot, now)
+        _store_findings(node, snapshot)
+        _update_node(node, snapshot, devices, now)
+        node.gpus_reserved = _flag_claims(node, devices)
+        node.save()
+    return IngestResult(ACCEPTED, node.name)
+
+
+def _locked_node(name: str, now) -> Node:
+    # Insert-if-missing then lock: two first snapshots of one node cannot both create it.
+    Node.objects.bulk_create([Node(name=name, first_seen=now, last_seen=now)], ignore_conflicts=True)
+    return Node.objects.select_for_update().get(name=name)
+
+
+def _store_devices(node: Node, snapshot: Snapshot, now) -> list[Device]:
+    seen = [
+        Device(
+            node=node,
+            uuid=d.uuid,
+            index=d.index,
+            name=d.name,
+            vram_total_mib=d.vram_total_mib,
+            vram_used_mib=d.vram_used_mib,
+            utilization_percent=d.utilization_percent,
+            last_seen=now,
+            vanished_at=None,
+        )
+        for d in snapshot.devices
+    ]
+    # A GPU missing from this snapshot keeps its row, marked vanished.
+    node.devices.filter(vanished_at__isnull=True).exclude(uuid__in=[d.uuid for d in seen]).update(vanished_at=now)
+    if not seen:
+        return []
+    Device.objects.bulk_create(
+        seen,
+        update_conflicts=True,
+        unique_fields=["node", "uuid"],
+        update_fields=["index", "name", "vram_total_mib", "vram_used_mib", "utilization_percent", "last_seen", "vanished_at"],
+    )
+    DeviceSample.objects.bulk_create(
+        DeviceSample(
+            device_id=d.pk,
+            collected_at=snapshot.collected_at,
+            vram_used_mib=d.vram_used_mib,
+            utilization_percent=d.utilization_percent,
+        )
+        for d in seen
+    )
+    return seen
+
+
+def _store_findings(node: Node, snapshot: Snapshot) -> None:
+    node.findings.all().delete()
+    Finding.objects.bulk_create(
+        Finding(node=node, position=i, code=f.code, name=f.name, status=f.status, message=f.message, fix=f.fix)
+        for i, f in enumerate(snapshot.findings)
+    )
+
+
+def _flag_claims(node: Node, devices: list[Device]) -> int:
+    """Mark claims that name devices the node no longer has; return GPUs reserved."""
+    claims = list(node.claims.all())
+    ledger = node.ledger(devices=devices, claims=claims)
+    changed = []
+    for claim in claims:
+        missing = [i for i in claim.device_ids if ledger.resolve(i) is None]
+        if missing != claim.missing_devices:
+            claim.missing_devices = missing
+            changed.append(claim)
+    if changed:
+        Claim.objects.bulk_update(changed, ["missing_devices"])
+    return ledger.reserved
+
+
+def _update_node(node: Node, snapshot: Snapshot, devices: list[Device], now) -> None:
+    utilizations = [d.utilization_percent for d in devices if d.utilization_percent is not None]
+    node.last_seen = now
+    node.collected_at = snapshot.collected_at
+    node.offline = False
+    node.health = snapshot.worst_status
+    node.present = snapshot.present
+    node.driver_version = snapshot.driver_version
+    node.runtime_installed = snapshot.runtime_installed
+    node.toolkit_version = snapshot.toolkit_version
+    node.attach = snapshot.attach
+    node.cdi_spec_files = list(snapshot.cdi_spec_files)
+    node.cdi_devices = list(snapshot.cdi_devices)
+    node.fixes_allowed = list(snapshot.fixes_allowed)
+    node.gpu_count = len(devices)
+    node.vram_total_mib = sum(d.vram_total_mib or 0 for d in devices)
+    node.vram_used_mib = sum(d.vram_used_mib or 0 for d in devices)
+    node.utilization_mean = sum(utilizations) / len(utilizations) if utilizations else None
+
+
+def finish_diagnosis(job_id: int, result: IngestResult) -> bool:
+    """Close the "diagnose now" job that this snapshot answers."""
+    if result.outcome == ACCEPTED:
+        return report_progress(job_id, JobStatus.DONE, "new snapshot stored")
+    return report_progress(job_id, JobStatus.FAILED, error=f"snapshot {result.outcome}: {result.reason}")

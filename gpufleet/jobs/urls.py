@@ -1,0 +1,11 @@
+from django.urls import path
+
+from gpufleet.jobs import views
+
+app_name = "jobs"
+
+urlpatterns = [
+    path("nodes/<str:name>/diagnose/", views.node_diagnose, name="diagnose"),
+    path("nodes/<str:name>/fix/<str:code>/", views.node_fix, name="fix"),
+    path("jobs/<int:pk>/", views.job_status, name="status"),
+]

@@ -1,0 +1,110 @@
+"""The package order of DESIGN.md, enforced: every `import gpufleet.X` in the
+code points downwards (or within its own package). Lower layers first:
+
+    gpu                      the domain; imports nothing of gpufleet
+    core                     plumbing (access, roles, htmx, settings helpers, the Celery app)
+    wire                     the agent<->central message
+    agent                    the node side; never a model
+    audit < fleet < claims, jobs
+                             the apps: a claim and a job are on a node, and every app
+                             may write audit rows; claims and jobs never import each other
+    ingest, api              the top: may use every app
+
+The project modules (settings, urls, wsgi, asgi) sit above everything."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "gpufleet"
+
+LAYERS = {
+    "gpu": (0, 0),
+    "env": (1, 0),
+    "broker": (1, 0),
+    "celery": (1, 1),
+    "core": (1, 2),
+    "wire": (2, 0),
+    "agent": (3, 0),
+    "audit": (4, 0),
+    "fleet": (4, 1),
+    "claims": (4, 2),
+    "jobs": (4, 2),
+    "ingest": (5, 0),
+    "api": (5, 0),
+    "settings": (9, 0),
+    "urls": (9, 0),
+    "wsgi": (9, 0),
+    "asgi": (9, 0),
+}
+
+
+def _package(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "gpufleet" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "gpufleet":
+                found += [(node.lineno, f"gpufleet.{alias.name}") for alias in node.names]
+            else:
+                found.append((node.lineno, node.module))
+    return found
+
+
+def _modules():
+    for path in sorted(ROOT.rglob("*.py")):
+        relative = path.relative_to(ROOT)
+        if relative.parts[0] == "__init__.py":
+            continue
+        yield relative.parts[0].removesuffix(".py"), path
+
+
+def _allowed(source: str, target: str) -> bool:
+    if source == target:
+        return True
+    (s_layer, s_rank), (t_layer, t_rank) = LAYERS[source], LAYERS[target]
+    if s_layer != t_layer:
+        return t_layer < s_layer
+    return t_rank < s_rank  # within a layer: audit < fleet < claims, jobs; env < celery < core
+
+
+def test_every_package_has_a_place_in_the_order():
+    assert sorted({package for package, _ in _modules()} - set(LAYERS)) == []
+
+
+@pytest.mark.parametrize("package,path", list(_modules()), ids=lambda v: str(v).rsplit("gpufleet/", 1)[-1])
+def test_imports_run_downwards(package, path):
+    wrong = [
+        f"{path.relative_to(ROOT.parent)}:{line} imports {module}"
+        for line, module in _imports(path)
+        if (target := _package(module)) is not None and not _allowed(package, target)
+    ]
+    assert wrong == []
+
+
+def test_the_agent_never_imports_a_model():
+    wrong = [
+        f"{path.relative_to(ROOT.parent)}:{line} imports {module}"
+        for package, path in _modules()
+        if package == "agent"
+        for line, module in _imports(path)
+        if module.endswith(".models") or module.startswith("django.db")
+    ]
+    assert wrong == []
+
+
+def test_the_order_test_catches_a_wrong_import():
+    assert not _allowed("fleet", "claims") and not _allowed("claims", "jobs") and not _allowed("gpu", "core")
+    assert _allowed("claims", "fleet") and _allowed("ingest", "claims") and _allowed("wire", "gpu")
