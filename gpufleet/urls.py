@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
 from django.http import HttpResponse
 from django.urls import include, path
 
@@ -7,7 +8,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("healthz", lambda request: HttpResponse("ok", content_type="text/plain"), name="healthz"),
+    path("healthz", login_not_required(lambda request: HttpResponse("ok", content_type="text/plain")), name="healthz"),
     path("api/", include("gpufleet.api.urls")),
     path("claims/", include("gpufleet.claims.urls")),
     path("", include("gpufleet.jobs.urls")),

@@ -18,6 +18,7 @@ import json
 from datetime import datetime
 from functools import wraps
 
+from django.contrib.auth.decorators import login_not_required
 from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import get_token
@@ -72,7 +73,8 @@ def endpoint(*methods: str):
                 extra = {"field": exc.field} if exc.field else {}
                 return error(exc.status, exc.code, exc.message, **extra)
 
-        return wrapper
+        # The API answers a missing login itself (401 JSON above), never with a redirect.
+        return login_not_required(wrapper)
 
     return decorator
 

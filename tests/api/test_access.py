@@ -42,7 +42,7 @@ def test_it_answers_anonymous_requests_with_401_json(client, train):
     for url in [*READS, f"/api/claims/{train.pk}/"]:
         response = client.get(url)
         assert response.status_code == 401, url
-        assert response.json() == {"error": "login required"}
+        assert response.json()["error"]["code"] == "login_required"
     assert {k: r.status_code for k, r in _writes(client, train).items()} == dict.fromkeys(_writes(client, train), 401)
 
 
