@@ -70,3 +70,17 @@ def operator_client(operator):
 @pytest.fixture
 def admin_role_client(admin_user):
     return _client_for(admin_user)
+
+
+@pytest.fixture
+def sent_tasks(monkeypatch):
+    """Records app.send_task calls instead of talking to a broker."""
+    from gpufleet.celery import app
+
+    calls: list[dict] = []
+
+    def record(name, args=None, kwargs=None, **options):
+        calls.append({"name": name, "args": list(args or []), **options})
+
+    monkeypatch.setattr(app, "send_task", record)
+    return calls

@@ -34,20 +34,6 @@ def alpha(db) -> Node:
     return ingest("alpha", 8, fixes=["cdi"])
 
 
-@pytest.fixture
-def sent_tasks(monkeypatch):
-    """Records app.send_task calls instead of talking to a broker."""
-    from gpufleet.celery import app
-
-    calls: list[dict] = []
-
-    def record(name, args=None, kwargs=None, **options):
-        calls.append({"name": name, "args": list(args or []), **options})
-
-    monkeypatch.setattr(app, "send_task", record)
-    return calls
-
-
 def hx(**headers) -> dict:
     """Headers of an HTMX request (as the test client takes them)."""
     return {"HTTP_HX_REQUEST": "true", **{f"HTTP_{k.upper()}": v for k, v in headers.items()}}

@@ -1,0 +1,132 @@
+"""Every URL pattern of the site × every role, generated from the URLconf: a new
+page without an entry in REQUIRED fails here until someone says who may use it.
+
+Anonymous requests go to the login page (401 JSON on the API); a role that lacks
+the action gets 403; a role that has it gets through (no 401/403, no 500)."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group
+from django.test import Client
+from django.urls import URLResolver, get_resolver, reverse
+
+from gpufleet.core.access import APPLY_FIX, DIAGNOSE, EDIT_CLAIMS, VIEW
+from gpufleet.jobs.models import Job, JobKind
+from tests.claims.helpers import claim
+from tests.web.conftest import ingest
+
+# url name -> (action it needs, method to probe it with)
+REQUIRED = {
+    "fleet:overview": (VIEW, "get"),
+    "fleet:summary": (VIEW, "get"),
+    "fleet:report": (VIEW, "get"),
+    "fleet:node_detail": (VIEW, "get"),
+    "fleet:node_findings": (VIEW, "get"),
+    "fleet:node_report": (VIEW, "get"),
+    "jobs:diagnose": (DIAGNOSE, "post"),
+    "jobs:fix": (APPLY_FIX, "get"),
+    "jobs:status": (VIEW, "get"),
+    "audit:log": (VIEW, "get"),
+    "claims:list": (VIEW, "get"),
+    "claims:panel": (VIEW, "get"),
+    "claims:add": (EDIT_CLAIMS, "get"),
+    "claims:validate_new": (EDIT_CLAIMS, "post"),
+    "claims:edit": (EDIT_CLAIMS, "get"),
+    "claims:validate": (EDIT_CLAIMS, "post"),
+    "claims:delete": (EDIT_CLAIMS, "get"),
+    "api:nodes": (VIEW, "get"),
+    "api:node": (VIEW, "get"),
+    "api:node_devices": (VIEW, "get"),
+    "api:node_findings": (VIEW, "get"),
+    "api:node_claims": (VIEW, "get"),
+    "api:claims": (VIEW, "get"),
+    "api:claim": (VIEW, "get"),
+}
+# Django's own views, with their own access rules (tested by Django).
+NOT_OURS = {"login", "logout", "healthz"}
+ROLES = {
+    None: set(),
+    "viewer": {VIEW},
+    "operator": {VIEW, EDIT_CLAIMS, DIAGNOSE},
+    "admin": {VIEW, EDIT_CLAIMS, DIAGNOSE, APPLY_FIX},
+}
+
+
+def test_every_url_pattern_says_who_may_use_it():
+    names = {p.name for p in _all_patterns()} - NOT_OURS
+    assert names == set(REQUIRED)
+
+
+@pytest.fixture
+def objects(db):
+    node = ingest("alpha", 2, fixes=["cdi"])
+    held = claim(node, "train", count=1)
+    job = Job.objects.create(node=node, kind=JobKind.DIAGNOSE)
+    return {"name": node.name, "pk_claim": held.pk, "pk_job": job.pk}
+
+
+def _url(name: str, objects: dict) -> str:
+    kwargs = {}
+    pattern = {p.name: p for p in _all_patterns()}[name]
+    route = str(pattern.pattern)
+    if "name" in route:
+        kwargs["name"] = objects["name"]
+    if "fmt" in route:
+        kwargs["fmt"] = "json"
+    if "code" in route:
+        kwargs["code"] = "cdi"
+    if "pk" in route:
+        kwargs["pk"] = objects["pk_job"] if name.startswith("jobs:") else objects["pk_claim"]
+    return reverse(name, kwargs=kwargs)
+
+
+def _all_patterns():
+    """(full name, pattern) pairs, as a list of objects with .name and .pattern."""
+
+    class Named:
+        def __init__(self, name, pattern):
+            self.name, self.pattern = name, pattern.pattern
+
+    found = []
+
+    def walk(patterns, namespace=""):
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                if p.app_name != "admin":
+                    walk(p.url_patterns, f"{namespace}{p.namespace}:" if p.namespace else namespace)
+            elif p.name:
+                found.append(Named(f"{namespace}{p.name}", p))
+
+    walk(get_resolver().url_patterns)
+    return found
+
+
+def _client(django_user_model, role: str | None) -> Client:
+    user = django_user_model.objects.create_user(username=f"user-{role or 'none'}", password="x")
+    if role:
+        user.groups.add(Group.objects.get(name=role))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_anonymous_requests_never_get_through(client, objects, name):
+    action, method = REQUIRED[name]
+    response = getattr(client, method)(_url(name, objects))
+    if name.startswith("api:"):
+        assert response.status_code == 401
+    else:
+        assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+
+
+@pytest.mark.parametrize("role", list(ROLES), ids=lambda r: r or "no-role")
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_each_role_gets_exactly_its_actions(django_user_model, objects, sent_tasks, name, role):
+    action, method = REQUIRED[name]
+    response = getattr(_client(django_user_model, role), method)(_url(name, objects))
+    if action in ROLES[role]:
+        assert response.status_code not in (401, 403) and response.status_code < 500, response.status_code
+    else:
+        assert response.status_code == 403
