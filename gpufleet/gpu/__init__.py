@@ -17,33 +17,27 @@ from gpufleet.gpu.devices import (
     parse_smi,
 )
 from gpufleet.gpu.diagnosis import (
-    ATTACH_CDI,
-    ATTACH_LEGACY,
-    ATTACH_NONE,
     CDI_ENABLE_HINT,
     CDI_GENERATE_COMMAND,
-    CDI_SPEC_SUFFIXES,
     DEFAULT_VRAM_WARN_PERCENT,
     DRIVER_HINT,
-    STATUS_FAIL,
-    STATUS_OK,
-    STATUS_WARN,
     TOOLKIT_ARGV,
     Attach,
     Finding,
     HostDiagnosis,
     Status,
     attach_mode,
-    cdi_spec_mentions_gpu,
     diagnose_host,
-    is_cdi_spec_name,
 )
 from gpufleet.gpu.host import (
+    CDI_SPEC_SUFFIXES,
     COMMAND_TIMEOUT_S,
     CommandResult,
     DockerFacts,
     DockerInfo,
     Runner,
+    cdi_spec_mentions_gpu,
+    is_cdi_spec_name,
 )
 from gpufleet.gpu.ledger import (
     Claim,
@@ -58,9 +52,6 @@ from gpufleet.gpu.ledger import (
 )
 
 __all__ = [
-    "ATTACH_CDI",
-    "ATTACH_LEGACY",
-    "ATTACH_NONE",
     "CDI_ENABLE_HINT",
     "CDI_GENERATE_COMMAND",
     "CDI_SPEC_SUFFIXES",
@@ -71,9 +62,6 @@ __all__ = [
     "INSTALL_HINT",
     "NVIDIA_GPU_CDI_PREFIX",
     "SMI_QUERY_ARGV",
-    "STATUS_FAIL",
-    "STATUS_OK",
-    "STATUS_WARN",
     "TOOLKIT_ARGV",
     "Attach",
     "Claim",

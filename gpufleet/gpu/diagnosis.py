@@ -32,9 +32,6 @@ class Status(StrEnum):
         """The most severe of `statuses` (ok when there are none)."""
         return max((cls(s) for s in statuses), key=lambda s: s.rank, default=cls.OK)
 
-STATUS_OK = Status.OK
-STATUS_WARN = Status.WARN
-STATUS_FAIL = Status.FAIL
 
 
 class Attach(StrEnum):
@@ -45,9 +42,6 @@ class Attach(StrEnum):
     NONE = "none"
 
 
-ATTACH_CDI = Attach.CDI
-ATTACH_LEGACY = Attach.LEGACY
-ATTACH_NONE = Attach.NONE
 
 DEFAULT_VRAM_WARN_PERCENT = 90.0
 TOOLKIT_ARGV = ["nvidia-ctk", "--version"]
@@ -64,7 +58,6 @@ CDI_ENABLE_HINT = (
     ' on Docker 25-28.2 set "features": {"cdi": true} in /etc/docker/daemon.json'
     " and restart Docker."
 )
-CDI_SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 @dataclass(frozen=True)
@@ -130,16 +123,6 @@ class HostDiagnosis:
         }
 
 
-def is_cdi_spec_name(name: str) -> bool:
-    """Whether a file in a CDI spec dir is one Docker would load as a spec."""
-    return name.endswith(CDI_SPEC_SUFFIXES)
-
-
-def cdi_spec_mentions_gpu(text: str) -> bool:
-    """Whether a CDI spec's content is about NVIDIA GPUs (kind nvidia.com/gpu)."""
-    return "nvidia.com/gpu" in text
-
-
 def attach_mode(info: Info) -> Attach:
     """CDI when Docker lists NVIDIA CDI devices, else the legacy nvidia runtime, else none."""
     if not info.present:
@@ -158,7 +141,7 @@ def diagnose_host(
     vram_warn_percent: float = DEFAULT_VRAM_WARN_PERCENT,
 ) -> HostDiagnosis:
     """Inspect this host's GPU stack. `cdi_spec_files` are the NVIDIA spec files the host
-    side found (see is_cdi_spec_name and cdi_spec_mentions_gpu). A VRAM warning level
+    side found (see gpufleet.gpu.host.list_cdi_spec_files). A VRAM warning level
     outside 0 < v <= 100 is ignored in favour of the default."""
     docker_info = docker.info()
     info = detect(runner, docker_info)

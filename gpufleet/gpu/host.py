@@ -295,13 +295,23 @@ def parse_spec_dirs(value: str | None) -> list[str]:
     return unique
 
 
+def is_cdi_spec_name(name: str) -> bool:
+    """Whether a file in a CDI spec dir is one Docker would load as a spec."""
+    return name.endswith(CDI_SPEC_SUFFIXES)
+
+
+def cdi_spec_mentions_gpu(text: str) -> bool:
+    """Whether a CDI spec's content is about NVIDIA GPUs (kind nvidia.com/gpu)."""
+    return CDI_SPEC_MARKER in text
+
+
 def _mentions_nvidia(path: str) -> bool:
     try:
         with open(path, "rb") as fh:
             head = fh.read(CDI_SPEC_READ_LIMIT)
     except OSError:
         return False
-    return CDI_SPEC_MARKER in head.decode("utf-8", errors="ignore")
+    return cdi_spec_mentions_gpu(head.decode("utf-8", errors="ignore"))
 
 
 def list_cdi_spec_files(dirs: Sequence[str]) -> list[str]:
@@ -316,7 +326,7 @@ def list_cdi_spec_files(dirs: Sequence[str]) -> list[str]:
         except OSError:
             continue
         for name in names:
-            if not name.endswith(CDI_SPEC_SUFFIXES):
+            if not is_cdi_spec_name(name):
                 continue
             path = os.path.join(directory, name)
             try:
