@@ -27,5 +27,5 @@ def ingest_worker(data_dir: Path, with_beat: bool = False) -> list[str]:
 def agent_worker(node: str, data_dir: Path) -> list[str]:
     """A node's agent: its own queue node.<name>, with the beat that schedules collect.
     Run with GPUFLEET_ROLE=agent so beat loads the agent's schedule."""
-    return [*_CELERY, "worker", "-Q", f"node.{node}", "-B", "-s", str(data_dir / "beat-agent"),
+    return [*_CELERY, "worker", "-Q", f"node.{node}", "-B", "-s", str(data_dir / f"beat-agent-{node}"),
             "--pool", "solo", "-n", f"agent.{node}@%h", *_QUIET, "-l", "INFO"]
