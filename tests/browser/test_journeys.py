@@ -240,7 +240,13 @@ def test_it_explains_at_the_field_why_a_claim_does_not_fit_and_saves_nothing(pag
     devices_error = page.locator("#id_devices_error")
     expect(devices_error).to_contain_text("GPU 2")
     expect(devices_error).to_contain_text("is already reserved by alice-job")
-    form.get_by_role("button", name="Add claim").click()
+    # The refused save re-renders the panel: wait until it has replaced this form (the old one already
+    # shows the same error), so the next steps act on the new form, not on one about to be swapped out.
+    form.evaluate("el => el.setAttribute('data-submitted', '')")
+    with page.expect_response(lambda r: r.url.endswith(f"/claims/nodes/{HEALTHY}/new/") and r.request.method == "POST") as saved:
+        form.get_by_role("button", name="Add claim").click()
+    assert saved.value.ok
+    expect(page.locator("#claim-form[data-submitted]")).to_have_count(0)
     expect(page.locator("#id_devices_error")).to_contain_text("is already reserved by alice-job")
 
     # More GPUs than are free: said at the count.
@@ -250,7 +256,11 @@ def test_it_explains_at_the_field_why_a_claim_does_not_fit_and_saves_nothing(pag
     count_error = page.locator("#id_count_error")
     expect(count_error).to_have_text("Needs 9 GPUs but only 7 of 8 are free.")
     expect(page.locator("#id_devices_error")).to_be_empty()
-    form.get_by_role("button", name="Add claim").click()
+    form.evaluate("el => el.setAttribute('data-submitted', '')")
+    with page.expect_response(lambda r: r.url.endswith(f"/claims/nodes/{HEALTHY}/new/") and r.request.method == "POST") as saved:
+        form.get_by_role("button", name="Add claim").click()
+    assert saved.value.ok
+    expect(page.locator("#claim-form[data-submitted]")).to_have_count(0)
     expect(page.locator("#id_count_error")).to_have_text("Needs 9 GPUs but only 7 of 8 are free.")
     expect(page.locator("#claim-form").get_by_label("Name")).to_have_value("bob-job")  # what was typed stays
     expect(ledger(page, "reserved")).to_have_text("1")

@@ -27,7 +27,9 @@ def test_it_returns_the_form_fragment_with_errors_and_status_200(operator_client
     # The re-rendered form still posts to the panel and to this endpoint.
     assert 'hx-post="/claims/nodes/alpha/new/"' in html
     assert 'hx-post="/claims/nodes/alpha/validate/"' in html
-    assert 'hx-trigger="change, keyup delay:400ms"' in html
+    assert 'hx-trigger="change, keyup changed delay:300ms"' in html
+    # Only the newest check may paint its errors (an older answer never lands last).
+    assert 'hx-sync="closest form:replace"' in html
 
 
 def test_it_stores_nothing_for_a_claim_that_fits(operator_client):
