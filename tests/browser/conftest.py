@@ -167,6 +167,7 @@ class InProcessBroker:
 
     def deliver(self, name: str, timeout: float = 10) -> tuple[str, list, str | None]:
         """Run the next message (which must be a `name` task) as a worker would."""
+        import gpufleet.ingest.tasks  # noqa: F401  a worker autodiscovers it; this process must import it
         from gpufleet.celery import app
 
         message = self.take(name, timeout)

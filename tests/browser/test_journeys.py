@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from gpufleet import gpu
+from gpufleet import gpu, wire
 from gpufleet.audit.models import AuditEntry
 from gpufleet.claims import services as claims
 from gpufleet.claims.models import Claim
@@ -364,7 +364,7 @@ def test_it_applies_an_allowed_fix_only_after_confirming(page, fleet, admin_user
     expect(job_box).to_contain_text(f"Waiting for the agent on {SPEC} to pick it up…")
     job = Job.objects.get()
     assert (job.kind, job.fix_code, job.status, job.requested_by) == ("fix", "cdi", JobStatus.QUEUED, admin_user)
-    assert broker_here.take(jobs.APPLY_FIX)[1:] == ([job.pk, "cdi"], f"node.{SPEC}")
+    assert broker_here.take(wire.APPLY_FIX_TASK)[1:] == ([job.pk, "cdi"], f"node.{SPEC}")
     assert AuditEntry.objects.filter(action="node.fix", target="cdi", username="ada").exists()
 
 
@@ -394,7 +394,7 @@ def test_it_diagnoses_now_and_the_new_findings_come_in(page, fleet, operator, br
     assert AuditEntry.objects.filter(action="node.diagnose", username="otto", node_name=HEALTHY).exists()
 
     # The agent picks it up: the real collect task, on the fake host.
-    _, args, queue = broker_here.deliver(jobs.COLLECT)
+    _, args, queue = broker_here.deliver(wire.COLLECT_TASK)
     assert (args, queue) == ([job.pk], f"node.{HEALTHY}")
     broker_here.deliver(JOB_PROGRESS)
     expect(job_box).to_contain_text(f"The agent on {HEALTHY} is working on it…")
@@ -419,7 +419,7 @@ def test_it_says_no_answer_when_the_node_never_answers(page, fleet, operator, br
     page.get_by_role("button", name="Diagnose now").click()
     job_box = page.locator("#job-slot .job")
     expect(job_box).to_contain_text(f"Waiting for the agent on {GONE} to pick it up…")
-    broker_here.take(jobs.COLLECT)  # sent, but nobody consumes node.h200-b02
+    broker_here.take(wire.COLLECT_TASK)  # sent, but nobody consumes node.h200-b02
 
     settings.GPUFLEET_JOB_TIMEOUT = 0.01
     assert jobs.expire_jobs() == 1
