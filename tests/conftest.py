@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+from tests.factories import ingest
+
 pytest_plugins = ["tests.fakes.fixtures"]
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -84,3 +86,18 @@ def sent_tasks(monkeypatch):
 
     monkeypatch.setattr(app, "send_task", record)
     return calls
+
+
+@pytest.fixture
+def make_fleet(db):
+    """make_fleet(n, gpus=2, prefix="node") ingests n nodes named node-00, node-01, ..."""
+    def make(count: int, gpus: int = 2, prefix: str = "node", **kwargs):
+        return [ingest(f"{prefix}-{i:02d}", gpus, **kwargs) for i in range(count)]
+
+    return make
+
+
+@pytest.fixture
+def alpha(db):
+    """An 8-GPU node whose agent allows the cdi fix."""
+    return ingest("alpha", 8, fixes=["cdi"])

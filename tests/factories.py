@@ -7,6 +7,8 @@ import hashlib
 from datetime import UTC, datetime, timedelta
 
 from gpufleet import gpu
+from gpufleet.fleet.models import Node
+from gpufleet.ingest.services import ingest_snapshot
 from gpufleet.wire import build_snapshot
 from tests.fakes.recorded import H200_UUIDS
 from tests.gpu.fakes import FakeDocker, host
@@ -44,3 +46,19 @@ def snapshot(node: str = "alpha", gpus: int = 8, at: datetime | None = None, fix
 
 def later(snap: dict, seconds: float = 30) -> datetime:
     return datetime.fromisoformat(snap["collected_at"]) + timedelta(seconds=seconds)
+
+
+def ingest(name: str, gpus: int = 2, at: datetime | None = None, **kwargs):
+    """Ingest one node's snapshot through the real path; returns the stored Node."""
+    result = ingest_snapshot(snapshot(name, gpus, at=at, **kwargs))
+    assert result.outcome == "accepted", result
+    return Node.objects.get(name=name)
+
+
+def hx(**headers) -> dict:
+    """Headers of an HTMX request (as the test client takes them)."""
+    return {"HTTP_HX_REQUEST": "true", **{f"HTTP_{k.upper()}": v for k, v in headers.items()}}
+
+
+def hours_ago(hours: float) -> datetime:
+    return datetime.now(UTC) - timedelta(hours=hours)

@@ -14,7 +14,7 @@ from django.urls import URLResolver, get_resolver, reverse
 from gpufleet.core.access import APPLY_FIX, DIAGNOSE, EDIT_CLAIMS, VIEW
 from gpufleet.jobs.models import Job, JobKind
 from tests.claims.helpers import claim
-from tests.web.conftest import ingest
+from tests.factories import ingest
 
 # url name -> (action it needs, method to probe it with)
 REQUIRED = {

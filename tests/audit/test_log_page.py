@@ -4,7 +4,7 @@ import pytest
 from django.urls import reverse
 
 from gpufleet.audit.models import record
-from tests.web.conftest import hx
+from tests.factories import hx
 
 
 @pytest.mark.django_db

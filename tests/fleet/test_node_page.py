@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
-from tests.web.conftest import hx, ingest
+from tests.factories import hx, ingest
 
 
 @pytest.mark.django_db

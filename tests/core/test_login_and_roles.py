@@ -3,7 +3,7 @@
 import pytest
 from django.urls import reverse
 
-from tests.web.conftest import hx
+from tests.factories import hx
 
 PAGES = [
     ("fleet:overview", {}),

@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from gpufleet.jobs.models import Job, JobKind, JobStatus
-from tests.web.conftest import hx
+from tests.factories import hx
 
 
 def _job(node, status, kind=JobKind.DIAGNOSE, **fields) -> Job:

@@ -5,7 +5,7 @@ from django.urls import reverse
 
 from gpufleet.audit.models import AuditEntry
 from gpufleet.jobs.models import Job, JobKind, JobStatus
-from tests.web.conftest import hx
+from tests.factories import hx
 
 URL = reverse("jobs:diagnose", args=["alpha"])
 

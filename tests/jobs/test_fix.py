@@ -6,7 +6,7 @@ from django.urls import reverse
 
 from gpufleet.audit.models import AuditEntry
 from gpufleet.jobs.models import Job, JobKind
-from tests.web.conftest import hx
+from tests.factories import hx
 
 URL = reverse("jobs:fix", args=["alpha", "cdi"])
 

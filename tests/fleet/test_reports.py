@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from gpufleet.fleet.models import Finding, Node
 from gpufleet.fleet.reports import safe_cell
-from tests.web.conftest import ingest
+from tests.factories import ingest
 
 DOCTOR_KEYS = {
     "node", "present", "driver_version", "devices", "runtime_installed", "toolkit_version",
