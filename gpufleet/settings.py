@@ -43,6 +43,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "django_htmx",
+    "django_filters",
+    # Serves the OpenAPI docs page's Swagger UI from our own static files.
+    "ninja",
     "template_partials",
     "gpufleet.core",
     "gpufleet.agent",
