@@ -157,6 +157,10 @@ GPUFLEET_NODE_NAME = os.environ.get("GPUFLEET_NODE_NAME") or socket.gethostname(
 GPUFLEET_COLLECT_INTERVAL = env_float("GPUFLEET_COLLECT_INTERVAL", 30.0, minimum=1.0)
 # Out-of-range values are ignored by the diagnosis itself (it falls back to 90).
 GPUFLEET_VRAM_WARN_PERCENT = env_float("GPUFLEET_VRAM_WARN_PERCENT", 90.0)
+# A GPU at or above this temperature warns even before it throttles.
+GPUFLEET_TEMPERATURE_WARN_C = env_float("GPUFLEET_TEMPERATURE_WARN_C", 85.0, minimum=1.0)
+# Xid errors older than this no longer count against a GPU.
+GPUFLEET_XID_WINDOW_HOURS = env_float("GPUFLEET_XID_WINDOW_HOURS", 24.0, minimum=0.1)
 # PATH, DOCKER_HOST (default unix:///var/run/docker.sock) and GPUFLEET_CDI_SPEC_DIRS
 # (default /etc/cdi:/var/run/cdi) are read by the agent at each collection.
 GPUFLEET_DOCKER_TIMEOUT = env_float("GPUFLEET_DOCKER_TIMEOUT", 5.0, minimum=0.1)

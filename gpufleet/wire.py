@@ -17,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpufleet import gpu
 
-SNAPSHOT_SCHEMA_VERSION = 1
+SNAPSHOT_SCHEMA_VERSION = 2
+# Version 1 devices carry only the reference fields; their health fields stay unknown.
+ACCEPTED_SCHEMA_VERSIONS = (1, 2)
 
 # Task names on the broker. They are the wire protocol between agents and the
 # centre, so they keep the names of the first release: agents already deployed
@@ -42,6 +44,26 @@ class SnapshotError(ValueError):
     """A snapshot that cannot be ingested; the message says why."""
 
 
+_Count = Annotated[int, Field(ge=0, le=2**62)]
+_Reading = Annotated[int, Field(ge=0, le=100_000)]
+_Watts = Annotated[float, Field(ge=0, le=100_000, allow_inf_nan=False)]
+
+
+class MigDeviceIn(BaseModel):
+    model_config = _Strict
+    uuid: Annotated[str, Field(min_length=1, max_length=100)]
+    profile: Annotated[str, Field(max_length=32)]
+    device: Annotated[int, Field(ge=0, le=1023)]
+
+
+class XidCountIn(BaseModel):
+    model_config = _Strict
+    xid: Annotated[int, Field(ge=0, le=100_000)]
+    count: _Count
+    last_seen: Annotated[str, Field(max_length=40)] | None
+    description: Annotated[str, Field(max_length=200)]
+
+
 class DeviceIn(BaseModel):
     model_config = _Strict
     index: Annotated[int, Field(ge=0, le=1023)]
@@ -50,6 +72,29 @@ class DeviceIn(BaseModel):
     vram_total_mib: Annotated[int, Field(ge=0)] | None
     vram_used_mib: Annotated[int, Field(ge=0)] | None
     utilization_percent: Annotated[int, Field(ge=0, le=100)] | None
+    pci_bus_id: Annotated[str, Field(max_length=32)] | None = None
+    temperature_c: _Reading | None = None
+    memory_temperature_c: _Reading | None = None
+    power_draw_w: _Watts | None = None
+    power_limit_w: _Watts | None = None
+    fan_percent: Annotated[int, Field(ge=0, le=100)] | None = None
+    pstate: Annotated[str, Field(max_length=8)] | None = None
+    sm_clock_mhz: _Reading | None = None
+    sm_clock_max_mhz: _Reading | None = None
+    persistence_mode: bool | None = None
+    ecc_mode: bool | None = None
+    ecc_corrected_volatile: _Count | None = None
+    ecc_uncorrected_volatile: _Count | None = None
+    ecc_uncorrected_aggregate: _Count | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_correctable: _Count | None = None
+    remapped_rows_uncorrectable: _Count | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    throttle_reasons: list[Literal[gpu.THROTTLE_REASONS]] | None = None  # type: ignore[valid-type]
+    mig_mode: bool | None = None
+    mig_devices: Annotated[list[MigDeviceIn], Field(max_length=64)] = []
+    xid_errors: Annotated[list[XidCountIn], Field(max_length=64)] = []
 
 
 class FindingIn(BaseModel):
@@ -63,7 +108,7 @@ class FindingIn(BaseModel):
 
 class Snapshot(BaseModel):
     model_config = _Strict
-    schema_version: Literal[1]
+    schema_version: Literal[ACCEPTED_SCHEMA_VERSIONS]  # type: ignore[valid-type]
     node: _Name
     collected_at: datetime
     present: bool
@@ -113,8 +158,9 @@ def parse_snapshot(data: Any) -> Snapshot:
     if not isinstance(data, dict):
         raise SnapshotError(f"snapshot must be a JSON object, not {type(data).__name__}")
     version = data.get("schema_version")
-    if version != SNAPSHOT_SCHEMA_VERSION:
-        raise SnapshotError(f"unsupported schema_version {version!r} (this site reads {SNAPSHOT_SCHEMA_VERSION})")
+    if version not in ACCEPTED_SCHEMA_VERSIONS:
+        accepted = ", ".join(map(str, ACCEPTED_SCHEMA_VERSIONS))
+        raise SnapshotError(f"unsupported schema_version {version!r} (this site reads {accepted})")
     try:
         return Snapshot.model_validate(data)
     except ValidationError as exc:

@@ -22,6 +22,7 @@ FIX_COMMANDS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("systemctl", "restart", "docker"),
     ),
     "toolkit": (("apt-get", "install", "-y", "nvidia-container-toolkit"),),
+    "persistence": (("nvidia-smi", "-pm", "1"),),
 }
 
 

@@ -14,6 +14,10 @@ from gpufleet import gpu
 from gpufleet.gpu.host import EngineDocker, SubprocessRunner, list_cdi_spec_files, parse_spec_dirs
 from gpufleet.wire import build_snapshot
 
+# The nvidia-smi fields this host's driver rejected: learnt once per agent process,
+# so an older driver costs one retry, not one per collection.
+SMI_QUERY = gpu.SmiQuery()
+
 
 def diagnose_this_host(runner: gpu.Runner | None = None) -> gpu.HostDiagnosis:
     return gpu.diagnose_host(
@@ -21,6 +25,9 @@ def diagnose_this_host(runner: gpu.Runner | None = None) -> gpu.HostDiagnosis:
         EngineDocker(timeout=settings.GPUFLEET_DOCKER_TIMEOUT),
         list_cdi_spec_files(parse_spec_dirs(os.environ.get("GPUFLEET_CDI_SPEC_DIRS"))),
         settings.GPUFLEET_VRAM_WARN_PERCENT,
+        query=SMI_QUERY,
+        temperature_warn_c=settings.GPUFLEET_TEMPERATURE_WARN_C,
+        xid_window_hours=settings.GPUFLEET_XID_WINDOW_HOURS,
     )
 
 

@@ -180,8 +180,21 @@ class Device(models.Model):
     vram_total_mib = models.BigIntegerField(null=True, blank=True)
     vram_used_mib = models.BigIntegerField(null=True, blank=True)
     utilization_percent = models.IntegerField(null=True, blank=True)
+    # The health figures the tables show and sort by; the rest of what nvidia-smi
+    # and the kernel log said (ECC, throttling, MIG, Xid ...) is kept in `health`.
+    pci_bus_id = models.CharField(max_length=32, blank=True)
+    temperature_c = models.IntegerField(null=True, blank=True)
+    power_draw_w = models.FloatField(null=True, blank=True)
+    power_limit_w = models.FloatField(null=True, blank=True)
+    health = models.JSONField(default=dict, blank=True)
     last_seen = models.DateTimeField(default=timezone.now)
     vanished_at = models.DateTimeField(null=True, blank=True)
+
+    # What a snapshot's device carries, column by column; the rest goes in `health`.
+    COLUMNS = ("index", "uuid", "name", "vram_total_mib", "vram_used_mib", "utilization_percent",
+               "temperature_c", "power_draw_w", "power_limit_w")
+    # A GPU is its UUID: everything else about it is rewritten by each snapshot.
+    UPDATED_ON_INGEST = (*(c for c in COLUMNS if c != "uuid"), "pci_bus_id", "health", "last_seen", "vanished_at")
 
     class Meta:
         ordering = ["node", "index"]
@@ -200,15 +213,30 @@ class Device(models.Model):
             return None
         return 100.0 * self.vram_used_mib / self.vram_total_mib
 
+    @classmethod
+    def from_reported(cls, node: Node, reported: dict, now) -> Device:
+        """A row for one GPU as a snapshot reported it (gpu.Device.to_dict's keys)."""
+        columns = {key: reported.get(key) for key in cls.COLUMNS}
+        health = {k: v for k, v in reported.items() if k not in cls.COLUMNS and k != "pci_bus_id"}
+        return cls(node=node, pci_bus_id=reported.get("pci_bus_id") or "", health=health, last_seen=now,
+                   vanished_at=None, **columns)
+
     def as_gpu_device(self) -> gpu.Device:
-        return gpu.Device(
-            index=self.index,
-            uuid=self.uuid,
-            name=self.name,
-            vram_total_mib=self.vram_total_mib,
-            vram_used_mib=self.vram_used_mib,
-            utilization_percent=self.utilization_percent,
+        return gpu.Device.from_dict(
+            {**self.health, **{key: getattr(self, key) for key in self.COLUMNS}, "pci_bus_id": self.pci_bus_id or None}
         )
+
+    @property
+    def xid_errors(self) -> list[dict]:
+        return self.health.get("xid_errors") or []
+
+    @property
+    def throttle_reasons(self) -> list[str]:
+        return self.health.get("throttle_reasons") or []
+
+    @property
+    def mig_devices(self) -> list[dict]:
+        return self.health.get("mig_devices") or []
 
 
 class Finding(models.Model):
@@ -245,6 +273,8 @@ class DeviceSample(models.Model):
     collected_at = models.DateTimeField()
     vram_used_mib = models.BigIntegerField(null=True, blank=True)
     utilization_percent = models.IntegerField(null=True, blank=True)
+    temperature_c = models.IntegerField(null=True, blank=True)
+    power_draw_w = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["device", "collected_at"]

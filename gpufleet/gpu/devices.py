@@ -8,16 +8,117 @@ from __future__ import annotations
 
 import csv
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 
 from gpufleet.gpu.host import COMMAND_TIMEOUT_S, CommandResult, DockerInfo, Runner
 
-SMI_QUERY_ARGV: list[str] = [
-    "nvidia-smi",
-    "--query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu,driver_version",
-    "--format=csv,noheader,nounits",
-]
-SMI_FIELDS = 7
+
+@dataclass(frozen=True)
+class SmiField:
+    """One `--query-gpu` field: nvidia-smi's name, our key, and how to read its value."""
+
+    query: str
+    key: str
+    kind: str  # "int", "float", "text", "bool"
+    unit: str = ""  # what nvidia-smi appends without "nounits"; hosts differ, so both are read
+
+
+# The reference package's seven fields: detection never goes without them.
+REFERENCE_FIELDS: tuple[SmiField, ...] = (
+    SmiField("index", "index", "int"),
+    SmiField("uuid", "uuid", "text"),
+    SmiField("name", "name", "text"),
+    SmiField("memory.total", "vram_total_mib", "int", "MiB"),
+    SmiField("memory.used", "vram_used_mib", "int", "MiB"),
+    SmiField("utilization.gpu", "utilization_percent", "int", "%"),
+    SmiField("driver_version", "driver_version", "text"),
+)
+# What fleet admins judge health by. A driver may not know some of them; those
+# are dropped from the query (see SmiQuery), never the reference fields.
+HEALTH_FIELDS: tuple[SmiField, ...] = (
+    SmiField("pci.bus_id", "pci_bus_id", "text"),
+    SmiField("temperature.gpu", "temperature_c", "int"),
+    SmiField("temperature.memory", "memory_temperature_c", "int"),
+    SmiField("power.draw", "power_draw_w", "float", "W"),
+    SmiField("enforced.power.limit", "power_limit_w", "float", "W"),
+    SmiField("fan.speed", "fan_percent", "int", "%"),
+    SmiField("pstate", "pstate", "text"),
+    SmiField("clocks.current.sm", "sm_clock_mhz", "int", "MHz"),
+    SmiField("clocks.max.sm", "sm_clock_max_mhz", "int", "MHz"),
+    SmiField("persistence_mode", "persistence_mode", "bool"),
+    SmiField("ecc.mode.current", "ecc_mode", "bool"),
+    SmiField("ecc.errors.corrected.volatile.total", "ecc_corrected_volatile", "int"),
+    SmiField("ecc.errors.uncorrected.volatile.total", "ecc_uncorrected_volatile", "int"),
+    SmiField("ecc.errors.uncorrected.aggregate.total", "ecc_uncorrected_aggregate", "int"),
+    SmiField("retired_pages.pending", "retired_pages_pending", "bool"),
+    SmiField("remapped_rows.correctable", "remapped_rows_correctable", "int"),
+    SmiField("remapped_rows.uncorrectable", "remapped_rows_uncorrectable", "int"),
+    SmiField("remapped_rows.pending", "remapped_rows_pending", "bool"),
+    SmiField("remapped_rows.failure", "remapped_rows_failure", "bool"),
+    SmiField("clocks_event_reasons.hw_slowdown", "hw_slowdown", "bool"),
+    SmiField("clocks_event_reasons.hw_thermal_slowdown", "hw_thermal_slowdown", "bool"),
+    SmiField("clocks_event_reasons.sw_thermal_slowdown", "sw_thermal_slowdown", "bool"),
+    SmiField("clocks_event_reasons.hw_power_brake_slowdown", "hw_power_brake_slowdown", "bool"),
+    SmiField("clocks_event_reasons.sw_power_cap", "sw_power_cap", "bool"),
+    SmiField("mig.mode.current", "mig_mode", "bool"),
+)
+ALL_FIELDS = REFERENCE_FIELDS + HEALTH_FIELDS
+THROTTLE_REASONS = tuple(f.key for f in HEALTH_FIELDS if f.query.startswith("clocks_event_reasons."))
+# Kept from the first reference query: tests and tools compare against it.
+SMI_FIELDS = len(REFERENCE_FIELDS)
+SMI_LIST_ARGV = ["nvidia-smi", "-L"]
+
+
+def smi_query_argv(fields: Sequence[SmiField]) -> list[str]:
+    return ["nvidia-smi", "--query-gpu=" + ",".join(f.query for f in fields), "--format=csv,noheader,nounits"]
+
+
+SMI_QUERY_ARGV: list[str] = smi_query_argv(ALL_FIELDS)
+REFERENCE_QUERY_ARGV: list[str] = smi_query_argv(REFERENCE_FIELDS)
+# An older driver names the first field it does not know and exits non-zero.
+_REJECTED_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query', re.ASCII)
+# Beyond this many rejections in one detection, fall straight back to the reference fields.
+_MAX_FIELD_RETRIES = 4
+
+
+class SmiQuery:
+    """The `--query-gpu` fields this host's driver accepts.
+
+    Starts with every field; a field the driver rejects is dropped with the fields
+    of its group (an old driver that lacks `remapped_rows.pending` lacks them all).
+    Keep one per agent process so each rejection costs one retry, once."""
+
+    def __init__(self) -> None:
+        self.rejected: set[str] = set()
+        self.reference_only = False
+
+    @property
+    def fields(self) -> tuple[SmiField, ...]:
+        if self.reference_only:
+            return REFERENCE_FIELDS
+        return REFERENCE_FIELDS + tuple(f for f in HEALTH_FIELDS if f.query not in self.rejected)
+
+    def argv(self) -> list[str]:
+        return smi_query_argv(self.fields)
+
+    def reject(self, query: str) -> bool:
+        """Drop `query` and its group; False when it is not an optional field we asked for."""
+        group = _field_group(query)
+        dropped = {f.query for f in HEALTH_FIELDS if f.query not in self.rejected and _field_group(f.query) == group}
+        if query not in dropped:
+            return False
+        self.rejected |= dropped
+        return True
+
+
+# Fields that drivers added (or renamed) together: one rejected means all are unknown.
+_FIELD_GROUPS = ("clocks_event_reasons.", "remapped_rows.", "ecc.errors.")
+
+
+def _field_group(query: str) -> str:
+    return next((prefix for prefix in _FIELD_GROUPS if query.startswith(prefix)), query)
+
 
 INSTALL_COMMAND = (
     "sudo apt-get install -y nvidia-container-toolkit"
@@ -38,9 +139,6 @@ NVIDIA_GPU_CDI_PREFIX = "nvidia.com/gpu="
 # bloat every snapshot.
 _MAX_REASON_CHARS = 500
 
-_INT = re.compile(r"[0-9]+", re.ASCII)
-_MIB = re.compile(r"([0-9]+)\s*MiB", re.ASCII)
-_PERCENT = re.compile(r"([0-9]+)\s*%", re.ASCII)
 # nvidia-smi prints "[N/A]", "[Not Supported]", "[Unknown Error]" ... where it has no number.
 _PLACEHOLDER = re.compile(r"\[[^\]]*\]|N/A", re.ASCII)
 # "WARNING: infoROM is corrupted at gpu 0000:4B:00.0" and the like: a word and a
@@ -49,9 +147,36 @@ _NOTICE = re.compile(r"[A-Za-z][A-Za-z ]*:")
 
 
 @dataclass(frozen=True)
+class MigDevice:
+    """One MIG slice of a GPU, as `nvidia-smi -L` lists it."""
+
+    uuid: str
+    profile: str  # such as "3g.40gb"
+    device: int
+
+    def to_dict(self) -> dict:
+        return {"uuid": self.uuid, "profile": self.profile, "device": self.device}
+
+
+@dataclass(frozen=True)
+class XidCount:
+    """How often one Xid code hit one GPU within the window, and when last."""
+
+    xid: int
+    count: int
+    last_seen: str | None  # ISO 8601, None when the log line carried no usable time
+    description: str
+
+    def to_dict(self) -> dict:
+        return {"xid": self.xid, "count": self.count, "last_seen": self.last_seen, "description": self.description}
+
+
+@dataclass(frozen=True)
 class Device:
-    """One GPU as reported by nvidia-smi. None means nvidia-smi gave no number
-    (unified-memory parts such as GH200 report no memory, many report no utilization)."""
+    """One GPU as reported by nvidia-smi. None means nvidia-smi gave no value: it
+    printed a placeholder ("[N/A]", "[Not Supported]"), or this driver does not know
+    the field (unified-memory parts such as GH200 report no memory, many report no
+    utilization)."""
 
     index: int
     uuid: str
@@ -59,16 +184,69 @@ class Device:
     vram_total_mib: int | None
     vram_used_mib: int | None
     utilization_percent: int | None
+    pci_bus_id: str | None = None
+    temperature_c: int | None = None
+    memory_temperature_c: int | None = None
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None
+    fan_percent: int | None = None
+    pstate: str | None = None
+    sm_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    persistence_mode: bool | None = None
+    ecc_mode: bool | None = None
+    ecc_corrected_volatile: int | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    # The active clock-event (throttle) reasons, by short name; None when not reported.
+    throttle_reasons: tuple[str, ...] | None = None
+    mig_mode: bool | None = None
+    mig_devices: tuple[MigDevice, ...] = ()
+    xid_errors: tuple[XidCount, ...] = ()
 
     def to_dict(self) -> dict:
-        return {
-            "index": self.index,
-            "uuid": self.uuid,
-            "name": self.name,
-            "vram_total_mib": self.vram_total_mib,
-            "vram_used_mib": self.vram_used_mib,
-            "utilization_percent": self.utilization_percent,
-        }
+        data = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("mig_devices", "xid_errors"):
+                value = [item.to_dict() for item in value]
+            elif isinstance(value, tuple):
+                value = list(value)
+            data[f.name] = value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Device:
+        """The inverse of to_dict; keys an older agent did not send stay unknown."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["mig_devices"] = tuple(MigDevice(**m) for m in data.get("mig_devices") or ())
+        values["xid_errors"] = tuple(XidCount(**x) for x in data.get("xid_errors") or ())
+        if values.get("throttle_reasons") is not None:
+            values["throttle_reasons"] = tuple(values["throttle_reasons"])
+        return cls(**values)
+
+    @property
+    def pci_address(self) -> tuple[int, int, int] | None:
+        return pci_address(self.pci_bus_id or "")
+
+
+# "00000000:9B:00.0" (nvidia-smi), "0000:9b:00" (Xid lines), "0000:b3:00.0" (kernel):
+# domain, bus and device compare; the function number does not.
+_PCI = re.compile(r"(?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?", re.ASCII)
+
+
+def pci_address(text: str) -> tuple[int, int, int] | None:
+    """(domain, bus, device) of a PCI address in any of the forms above, or None."""
+    match = _PCI.fullmatch(text.strip())
+    if not match:
+        return None
+    return tuple(int(part, 16) for part in match.groups())  # type: ignore[return-value]
 
 
 class SmiParseError(ValueError):
@@ -81,12 +259,13 @@ class SmiParseError(ValueError):
         self.problem = problem
 
 
-def parse_smi(text: str) -> tuple[str, list[Device]]:
-    """Parse the CSV that nvidia-smi prints for SMI_QUERY_ARGV into (driver version, devices).
+def parse_smi(text: str, query: Sequence[SmiField] = REFERENCE_FIELDS) -> tuple[str, list[Device]]:
+    """Parse the CSV that nvidia-smi prints for the `query` fields into (driver version, devices).
 
-    Blank lines, notices ("WARNING: ...") and lines without a comma are skipped, as is a
-    header row; every other line must be a readable 7-field row, else SmiParseError.
-    Values with units ("143771 MiB", "100 %") are accepted because hosts differ.
+    Blank lines, notices ("WARNING: ...", "Unable to determine the device handle ...")
+    and lines without a comma are skipped, as is a header row; every other line must
+    be a readable row of len(query) fields, else SmiParseError. Values with units
+    ("143771 MiB", "100 %") are accepted because hosts differ.
     """
     driver = ""
     devices: list[Device] = []
@@ -97,66 +276,63 @@ def parse_smi(text: str) -> tuple[str, list[Device]]:
         if not stripped or "," not in stripped or _NOTICE.match(stripped):
             continue
         try:
-            fields = [
-                f.strip() for f in next(csv.reader([stripped], skipinitialspace=True))
-            ]
+            values = [v.strip() for v in next(csv.reader([stripped], skipinitialspace=True))]
         except (csv.Error, StopIteration) as exc:
             raise SmiParseError(number, line, f"not CSV ({exc})") from None
-        if fields and fields[0].lower() == "index":
+        if values and values[0].lower() == "index":
             continue  # a header row, printed when someone drops "noheader"
-        if len(fields) != SMI_FIELDS:
-            raise SmiParseError(
-                number, line, f"expected {SMI_FIELDS} fields, got {len(fields)}"
-            )
-        index_text, uuid, name, total_text, used_text, util_text, row_driver = fields
-        if not _INT.fullmatch(index_text):
-            raise SmiParseError(number, line, f"index {index_text!r} is not a number")
-        if not uuid:
+        if len(values) != len(query):
+            raise SmiParseError(number, line, f"expected {len(query)} fields, got {len(values)}")
+        row = {f.key: _value(f, v, number, line) for f, v in zip(query, values, strict=True)}
+        if row["index"] is None:
+            raise SmiParseError(number, line, f"index {values[0]!r} is not a number")
+        if not row["uuid"]:
             raise SmiParseError(number, line, "empty UUID")
-        device = Device(
-            index=int(index_text),
-            uuid=uuid,
-            name=name,
-            vram_total_mib=_number(total_text, _MIB, number, line, "memory.total"),
-            vram_used_mib=_number(used_text, _MIB, number, line, "memory.used"),
-            utilization_percent=_number(
-                util_text, _PERCENT, number, line, "utilization.gpu"
-            ),
-        )
+        device = _device(row)
         # Duplicates would make the ledger resolve one id to two GPUs.
         if device.index in seen_index:
-            raise SmiParseError(
-                number,
-                line,
-                f"index {device.index} also on row {seen_index[device.index]}",
-            )
-        if uuid.lower() in seen_uuid:
-            raise SmiParseError(
-                number, line, f"UUID also on row {seen_uuid[uuid.lower()]}"
-            )
+            raise SmiParseError(number, line, f"index {device.index} also on row {seen_index[device.index]}")
+        if device.uuid.lower() in seen_uuid:
+            raise SmiParseError(number, line, f"UUID also on row {seen_uuid[device.uuid.lower()]}")
+        row_driver = row["driver_version"] or ""
         if devices and row_driver != driver:
-            raise SmiParseError(
-                number, line, f"driver {row_driver!r} differs from {driver!r}"
-            )
+            raise SmiParseError(number, line, f"driver {row_driver!r} differs from {driver!r}")
         seen_index[device.index] = number
-        seen_uuid[uuid.lower()] = number
+        seen_uuid[device.uuid.lower()] = number
         driver = row_driver
         devices.append(device)
     return driver, devices
 
 
-def _number(
-    value: str, with_unit: re.Pattern[str], row: int, line: str, field: str
-) -> int | None:
-    """An integer field, bare or with its unit; None for nvidia-smi's placeholders."""
+def _device(row: dict) -> Device:
+    throttle = None
+    if any(key in row for key in THROTTLE_REASONS):
+        known = [key for key in THROTTLE_REASONS if row.get(key) is not None]
+        throttle = tuple(key for key in known if row[key]) if known else None
+    values = {k: v for k, v in row.items() if k not in THROTTLE_REASONS and k != "driver_version"}
+    return Device(**values, throttle_reasons=throttle)
+
+
+_NUMBER = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(\S*)", re.ASCII)
+_TRUE = {"enabled", "yes", "active", "on"}
+_FALSE = {"disabled", "no", "not active", "off"}
+
+
+def _value(f: SmiField, value: str, row: int, line: str):
+    """One field's value: None for nvidia-smi's placeholders, else by the field's kind."""
     if _PLACEHOLDER.fullmatch(value):
         return None
-    if _INT.fullmatch(value):
-        return int(value)
-    match = with_unit.fullmatch(value)
-    if match:
-        return int(match.group(1))
-    raise SmiParseError(row, line, f"{field} {value!r} is not a number")
+    if f.kind == "text":
+        return value
+    if f.kind == "bool":
+        word = value.lower()
+        if word in _TRUE or word in _FALSE:
+            return word in _TRUE
+        raise SmiParseError(row, line, f"{f.query} {value!r} is not one of Enabled/Disabled, Yes/No, Active/Not Active")
+    match = _NUMBER.fullmatch(value)
+    if not match or match.group(2) not in ("", f.unit) or (f.kind == "int" and "." in match.group(1)):
+        raise SmiParseError(row, line, f"{f.query} {value!r} is not a number")
+    return int(match.group(1)) if f.kind == "int" else float(match.group(1))
 
 
 @dataclass(frozen=True)
@@ -169,6 +345,10 @@ class Info:
     runtime_installed: bool
     cdi_devices: tuple[str, ...] = ()
     no_gpu_reason: str = ""
+    # GPUs nvidia-smi could not reach while it listed the others ("GPU is lost").
+    lost_gpus: tuple[LostGpu, ...] = ()
+    # Why nvidia-smi exited non-zero although its rows were readable (a corrupt infoROM).
+    smi_notice: str = ""
 
     @property
     def count(self) -> int:
@@ -194,14 +374,13 @@ class Info:
         return ""
 
 
-def detect(runner: Runner, docker_info: DockerInfo) -> Info:
+def detect(runner: Runner, docker_info: DockerInfo, query: SmiQuery | None = None) -> Info:
     """Return the node's GPU snapshot from nvidia-smi (run through `runner`, which is
     expected to set LC_ALL=C) and Docker's /info facts. Never raises for a host that
-    has no GPU or a broken one: the reason ends up in `no_gpu_reason`."""
+    has no GPU or a broken one: the reason ends up in `no_gpu_reason`. `query` keeps
+    the fields this driver rejected from one detection to the next."""
     runtime_installed = any(name.lower() == "nvidia" for name in docker_info.runtimes)
-    cdi_devices = tuple(
-        d for d in docker_info.cdi_devices if is_nvidia_gpu_cdi_device(d)
-    )
+    cdi_devices = tuple(d for d in docker_info.cdi_devices if is_nvidia_gpu_cdi_device(d))
 
     def absent(reason: str) -> Info:
         return Info(
@@ -213,27 +392,106 @@ def detect(runner: Runner, docker_info: DockerInfo) -> Info:
             no_gpu_reason=reason,
         )
 
-    result = runner.run(list(SMI_QUERY_ARGV), timeout=COMMAND_TIMEOUT_S)
-    if not result.ok:
+    query = query or SmiQuery()
+    result = _run_query(runner, query)
+    if result.error:
         return absent(command_failure(result))
     try:
-        driver, devices = parse_smi(result.stdout)
+        driver, devices = parse_smi(result.stdout, query.fields)
     except SmiParseError as exc:
+        if result.exit_code != 0:
+            return absent(command_failure(result))
         return absent(f"nvidia-smi output could not be read: {exc}")
+    lost = lost_gpus(result.stdout + "\n" + result.stderr)
     if not devices:
+        if result.exit_code != 0:
+            return absent(command_failure(result))
         said = _output_text(result)
-        return absent(
-            f"nvidia-smi listed no GPUs: {said}"
-            if said
-            else "nvidia-smi listed no GPUs"
-        )
+        return absent(f"nvidia-smi listed no GPUs: {said}" if said else "nvidia-smi listed no GPUs")
+    if any(d.mig_mode for d in devices):
+        devices = _with_mig_devices(runner, devices)
     return Info(
         present=True,
         driver_version=driver,
         devices=tuple(devices),
         runtime_installed=runtime_installed,
         cdi_devices=cdi_devices,
+        lost_gpus=lost,
+        # Readable rows despite a non-zero exit: keep the GPUs, say why it complained.
+        smi_notice=command_failure(result) if result.exit_code != 0 else "",
     )
+
+
+def _run_query(runner: Runner, query: SmiQuery) -> CommandResult:
+    """Run the GPU query, dropping fields this driver rejects, at worst down to the
+    reference fields: an extra field must never cost detection."""
+    for _ in range(_MAX_FIELD_RETRIES):
+        result = runner.run(query.argv(), timeout=COMMAND_TIMEOUT_S)
+        if result.error or result.exit_code == 0 or query.reference_only:
+            return result
+        rejected = _REJECTED_FIELD.search(result.stdout + "\n" + result.stderr)
+        if rejected and query.reject(rejected.group(1)):
+            continue
+        if result.exit_code != _SMI_BAD_ARGUMENT:
+            return result  # a failure of the driver, not of our query
+        break
+    query.reference_only = True
+    return runner.run(query.argv(), timeout=COMMAND_TIMEOUT_S)
+
+
+# nvidia-smi's exit code for "a supplied argument or flag is invalid".
+_SMI_BAD_ARGUMENT = 2
+
+
+@dataclass(frozen=True)
+class LostGpu:
+    """A GPU nvidia-smi could not reach: its PCI address and what nvidia-smi said."""
+
+    pci_bus_id: str
+    reason: str
+
+
+_LOST = re.compile(r"Unable to determine the device handle for (?:GPU )?([0-9A-Fa-f:.]+):\s*(.*)", re.ASCII)
+
+
+def lost_gpus(text: str) -> tuple[LostGpu, ...]:
+    """The GPUs that nvidia-smi names as unreachable, each once."""
+    lost: dict[str, LostGpu] = {}
+    for line in text.splitlines():
+        match = _LOST.search(line)
+        if match:
+            pci = match.group(1).rstrip(".:")
+            lost.setdefault(pci.lower(), LostGpu(pci, _clip(match.group(2).strip() or "GPU is lost")))
+    return tuple(lost.values())
+
+
+# "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-…)" then its slices,
+# "  MIG 3g.40gb     Device  0: (UUID: MIG-…)".
+_LIST_GPU = re.compile(r"GPU\s+([0-9]+):.*\(UUID:\s*(GPU-[^)\s]+)\)", re.ASCII)
+_LIST_MIG = re.compile(r"MIG\s+(\S+)\s+Device\s+([0-9]+):\s*\(UUID:\s*(MIG-[^)\s]+)\)", re.ASCII)
+
+
+def parse_mig_list(text: str) -> dict[int, tuple[MigDevice, ...]]:
+    """MIG slices per GPU index from `nvidia-smi -L`; lines it does not know are skipped."""
+    slices: dict[int, list[MigDevice]] = {}
+    current: int | None = None
+    for line in text.splitlines():
+        if gpu_line := _LIST_GPU.search(line):
+            current = int(gpu_line.group(1))
+            slices.setdefault(current, [])
+        elif (mig_line := _LIST_MIG.search(line)) and current is not None:
+            profile, number, uuid = mig_line.groups()
+            slices[current].append(MigDevice(uuid=uuid, profile=profile, device=int(number)))
+    return {index: tuple(found) for index, found in slices.items()}
+
+
+def _with_mig_devices(runner: Runner, devices: list[Device]) -> list[Device]:
+    """Add each MIG-enabled GPU's slices; without a listing the GPUs stay as they are."""
+    result = runner.run(list(SMI_LIST_ARGV), timeout=COMMAND_TIMEOUT_S)
+    if not result.ok:
+        return devices
+    slices = parse_mig_list(result.stdout)
+    return [replace(d, mig_devices=slices.get(d.index, ())) if d.mig_mode else d for d in devices]
 
 
 def is_nvidia_gpu_cdi_device(name: str) -> bool:

@@ -7,10 +7,12 @@ attach GPUs, each as one Finding with a status and, where there is one, a fix.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 
-from gpufleet.gpu.devices import INSTALL_COMMAND, Device, Info, command_failure, detect
+from gpufleet.gpu import xid as xids
+from gpufleet.gpu.devices import INSTALL_COMMAND, Device, Info, SmiQuery, command_failure, detect
 from gpufleet.gpu.host import COMMAND_TIMEOUT_S, DockerFacts, Runner
 
 
@@ -44,12 +46,53 @@ class Attach(StrEnum):
 
 
 DEFAULT_VRAM_WARN_PERCENT = 90.0
+DEFAULT_TEMPERATURE_WARN_C = 85
+PERSISTENCE_COMMAND = "sudo nvidia-smi -pm 1"
+KERNEL_LOG_HINT = (
+    "Let the agent read the kernel log: run it as root or with CAP_SYSLOG,"
+    " or allow it for everyone with sudo sysctl -w kernel.dmesg_restrict=0"
+)
 TOOLKIT_ARGV = ["nvidia-ctk", "--version"]
 
 DRIVER_HINT = (
     "No NVIDIA driver detected. On Ubuntu run ubuntu-drivers install"
     " (or apt-get install nvidia-driver-XXX), then reboot."
 )
+# What to do for each way nvidia-smi fails, found by what it printed; the first
+# match wins. A missing driver is the fallback (DRIVER_HINT).
+SMI_FAILURE_REMEDIES: tuple[tuple[str, str], ...] = (
+    (
+        "version mismatch",
+        "The kernel module and the driver's libraries are different versions (usually after a driver"
+        " upgrade): reboot, or reload the modules: sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia"
+        " && sudo modprobe nvidia",
+    ),
+    (
+        "couldn't communicate with the nvidia driver",
+        "The NVIDIA kernel module is not loaded: sudo modprobe nvidia. If that fails, rebuild it for the"
+        " running kernel (sudo dkms autoinstall) or, with Secure Boot on, enrol its signing key (mokutil --import).",
+    ),
+    (
+        "no devices were found",
+        "The driver sees no GPU: check the card is on the PCIe bus (lspci -nn | grep -i nvidia),"
+        " reseat it and check its power cables.",
+    ),
+    (
+        "libnvidia-ml",
+        "The driver's user-space libraries are missing: reinstall them to match the kernel module"
+        " (e.g. sudo apt-get install --reinstall libnvidia-compute-<driver branch>).",
+    ),
+    ("nvml shared library", "The driver's user-space libraries are missing: reinstall the NVIDIA driver."),
+    ("gpu is lost", xids.INSPECT),
+    ("fallen off the bus", xids.INSPECT),
+)
+
+
+def smi_failure_remedy(reason: str) -> str:
+    said = reason.lower()
+    return next((remedy for words, remedy in SMI_FAILURE_REMEDIES if words in said), DRIVER_HINT)
+
+
 # Writes the NVIDIA CDI spec that CDI attach needs.
 CDI_GENERATE_COMMAND = "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
 # The remedy when a spec exists but Docker lists no CDI devices.
@@ -139,30 +182,39 @@ def diagnose_host(
     docker: DockerFacts,
     cdi_spec_files: Sequence[str],
     vram_warn_percent: float = DEFAULT_VRAM_WARN_PERCENT,
+    *,
+    query: SmiQuery | None = None,
+    temperature_warn_c: float = DEFAULT_TEMPERATURE_WARN_C,
+    xid_window_hours: float = xids.DEFAULT_XID_WINDOW_HOURS,
+    now: datetime | None = None,
 ) -> HostDiagnosis:
     """Inspect this host's GPU stack. `cdi_spec_files` are the NVIDIA spec files the host
     side found (see gpufleet.gpu.host.list_cdi_spec_files). A VRAM warning level
-    outside 0 < v <= 100 is ignored in favour of the default."""
+    outside 0 < v <= 100 is ignored in favour of the default. `query` remembers the
+    nvidia-smi fields this driver rejects (keep one per process)."""
+    now = now or datetime.now(UTC)
     docker_info = docker.info()
-    info = detect(runner, docker_info)
+    info = detect(runner, docker_info, query)
     toolkit_version, toolkit_reason = _toolkit(runner)
     spec_files = tuple(dict.fromkeys(cdi_spec_files))  # without duplicates, order kept
     attach = attach_mode(info)
     if not info.present:
+        reason = info.no_gpu_reason or "nvidia-smi gave no answer"
         findings = [
-            Finding(
-                "driver",
-                "NVIDIA driver",
-                Status.FAIL,
-                f"No NVIDIA GPU detected: {info.no_gpu_reason or 'nvidia-smi gave no answer'}",
-                DRIVER_HINT,
-            )
+            Finding("driver", "NVIDIA driver", Status.FAIL, f"No NVIDIA GPU detected: {reason}", smi_failure_remedy(reason))
         ]
     else:
+        log = xids.read_kernel_log(runner, now)
+        per_gpu, unmatched = xids.count_xids(log.events, info.devices, now, xid_window_hours)
+        info = replace(info, devices=tuple(replace(d, xid_errors=per_gpu.get(d.index, ())) for d in info.devices))
         findings = [_driver_finding(info)]
-        findings += [
-            _gpu_finding(d, _warn_level(vram_warn_percent)) for d in info.devices
-        ]
+        findings += [_lost_finding(lost) for lost in info.lost_gpus]
+        for device in info.devices:
+            findings.append(_gpu_finding(device, _warn_level(vram_warn_percent)))
+            findings += _gpu_health_findings(device, temperature_warn_c)
+        findings += _unmatched_xid_findings(unmatched)
+        findings += _persistence_findings(info.devices)
+        findings += _kernel_log_findings(log)
         findings.append(_toolkit_finding(toolkit_version, toolkit_reason))
         findings.append(_cdi_finding(info, spec_files))
         findings.append(_runtime_finding(info, docker_info.error))
@@ -205,16 +257,158 @@ def _plural(n: int, word: str) -> str:
 
 
 def _driver_finding(info: Info) -> Finding:
+    message = f"Driver {info.driver_version or 'version unknown'}, {_plural(info.count, 'GPU')}"
+    if info.smi_notice:
+        return Finding(
+            "driver",
+            "NVIDIA driver",
+            Status.WARN,
+            f"{message}, but nvidia-smi reported a problem: {info.smi_notice}",
+            smi_failure_remedy(info.smi_notice) if info.lost_gpus else "",
+        )
+    return Finding("driver", "NVIDIA driver", Status.OK, message)
+
+
+def _gpu_label(device: Device) -> str:
+    """"GPU 3 (NVIDIA H200, PCI 00000000:9B:00.0)": index and address, as admins find it."""
+    where = f", PCI {device.pci_bus_id}" if device.pci_bus_id else ""
+    return f"GPU {device.index} ({device.name}{where})"
+
+
+def _lost_finding(lost) -> Finding:
     return Finding(
-        "driver",
-        "NVIDIA driver",
-        Status.OK,
-        f"Driver {info.driver_version or 'version unknown'}, {_plural(info.count, 'GPU')}",
+        f"lost:{lost.pci_bus_id}"[:64],
+        f"GPU at PCI {lost.pci_bus_id}",
+        Status.FAIL,
+        f"nvidia-smi cannot reach the GPU at PCI {lost.pci_bus_id}: {lost.reason}",
+        xids.INSPECT,
     )
 
 
+def _gpu_health_findings(device: Device, temperature_warn_c: float) -> list[Finding]:
+    """ECC, thermal, power brake and Xid problems of one GPU; nothing when all is well."""
+    label, code = _gpu_label(device), f"gpu{device.index}"
+    throttle = set(device.throttle_reasons or ())
+    findings = []
+    if device.ecc_uncorrected_volatile or device.remapped_rows_failure:
+        what = []
+        if device.ecc_uncorrected_volatile:
+            what.append(f"{device.ecc_uncorrected_volatile} uncorrectable ECC errors since the last reset")
+        if device.remapped_rows_failure:
+            what.append("row remapping failed (no spare rows left)")
+        findings.append(
+            Finding(f"{code}.ecc", label, Status.FAIL, "; ".join(what) + ": its memory cannot be trusted", xids.INSPECT)
+        )
+    elif device.remapped_rows_pending or device.retired_pages_pending:
+        findings.append(
+            Finding(
+                f"{code}.ecc",
+                label,
+                Status.WARN,
+                "A memory row remap or page retirement is pending",
+                "Reset the GPU or reboot to apply it (nvidia-smi -r -i <index> once it is idle).",
+            )
+        )
+    if throttle & {"hw_slowdown", "hw_thermal_slowdown"}:
+        findings.append(
+            Finding(
+                f"{code}.thermal",
+                label,
+                Status.FAIL,
+                f"Hardware slowdown active ({', '.join(sorted(throttle & {'hw_slowdown', 'hw_thermal_slowdown'}))})"
+                + _temperature(device),
+                "Check cooling and airflow (fans, blocked inlets, data-centre temperature), then the power supply.",
+            )
+        )
+    elif "sw_thermal_slowdown" in throttle or (device.temperature_c or 0) >= temperature_warn_c:
+        why = "Thermal slowdown active" if "sw_thermal_slowdown" in throttle else "Running hot"
+        findings.append(
+            Finding(
+                f"{code}.thermal",
+                label,
+                Status.WARN,
+                f"{why}{_temperature(device)}; warning level {temperature_warn_c:g} °C",
+                "Check cooling and airflow (fans, blocked inlets, data-centre temperature).",
+            )
+        )
+    if "hw_power_brake_slowdown" in throttle:
+        findings.append(
+            Finding(
+                f"{code}.power",
+                label,
+                Status.FAIL,
+                "Power brake slowdown active: the system asserted the external power brake",
+                "Check the power supplies and the chassis power-brake signal.",
+            )
+        )
+    if device.xid_errors:
+        findings.append(_xid_finding(f"{code}.xid", label, device.xid_errors))
+    return findings
+
+
+def _temperature(device: Device) -> str:
+    return f" at {device.temperature_c} °C" if device.temperature_c is not None else ""
+
+
+def _xid_finding(code: str, label: str, counts) -> Finding:
+    worst = max(counts, key=lambda c: (xids.xid_code(c.xid).fails, c.count))
+    parts = [f"Xid {c.xid} ×{c.count} ({c.description})" for c in counts]
+    last = max((c.last_seen for c in counts if c.last_seen), default=None)
+    status = Status.FAIL if any(xids.xid_code(c.xid).fails for c in counts) else Status.WARN
+    message = "Kernel log: " + ", ".join(parts) + (f"; last at {last}" if last else "")
+    return Finding(code, label, status, message, xids.xid_code(worst.xid).action)
+
+
+def _unmatched_xid_findings(events) -> list[Finding]:
+    """Xids naming a PCI address that nvidia-smi did not list (a GPU that is gone)."""
+    by_pci: dict[str, list] = {}
+    for event in events:
+        by_pci.setdefault(event.pci, []).append(event)
+    findings = []
+    for pci, found in by_pci.items():
+        counts = {}
+        for event in found:
+            counts[event.xid] = counts.get(event.xid, 0) + 1
+        summary = [
+            xids.XidCount(code, n, None, xids.xid_code(code).description) for code, n in sorted(counts.items())
+        ]
+        findings.append(_xid_finding(f"xid:{pci}"[:64], f"GPU at PCI {pci} (not listed by nvidia-smi)", summary))
+    return findings
+
+
+def _persistence_findings(devices: Sequence[Device]) -> list[Finding]:
+    # Windows reports no persistence mode (None): only an explicit "Disabled" counts.
+    off = [d.index for d in devices if d.persistence_mode is False]
+    if not off:
+        return []
+    return [
+        Finding(
+            "persistence",
+            "Persistence mode",
+            Status.WARN,
+            f"Persistence mode is off on {_plural(len(off), 'GPU')} ({', '.join(map(str, off))}):"
+            " every nvidia-smi call and CUDA start then re-initialises the driver, taking seconds",
+            PERSISTENCE_COMMAND,
+        )
+    ]
+
+
+def _kernel_log_findings(log: xids.KernelLog) -> list[Finding]:
+    if not log.error:
+        return []
+    return [
+        Finding(
+            "kernel-log",
+            "Kernel log (Xid errors)",
+            Status.WARN,
+            f"Cannot read the kernel log, so Xid errors are not checked: {log.error}",
+            KERNEL_LOG_HINT if log.denied else "Install util-linux's dmesg on the node.",
+        )
+    ]
+
+
 def _gpu_finding(device: Device, warn_percent: float) -> Finding:
-    code, name = f"gpu{device.index}", f"GPU {device.index} ({device.name})"
+    code, name = f"gpu{device.index}", _gpu_label(device)
     total, used = device.vram_total_mib, device.vram_used_mib
     if not total or used is None:  # also total 0: no share of it can be computed
         return Finding(

@@ -65,20 +65,7 @@ def _locked_node(name: str, now) -> Node:
 
 
 def _store_devices(node: Node, snapshot: Snapshot, now) -> list[Device]:
-    seen = [
-        Device(
-            node=node,
-            uuid=d.uuid,
-            index=d.index,
-            name=d.name,
-            vram_total_mib=d.vram_total_mib,
-            vram_used_mib=d.vram_used_mib,
-            utilization_percent=d.utilization_percent,
-            last_seen=now,
-            vanished_at=None,
-        )
-        for d in snapshot.devices
-    ]
+    seen = [Device.from_reported(node, d.model_dump(), now) for d in snapshot.devices]
     # A GPU missing from this snapshot keeps its row, marked vanished.
     node.devices.filter(vanished_at__isnull=True).exclude(uuid__in=[d.uuid for d in seen]).update(vanished_at=now)
     if not seen:
@@ -87,7 +74,7 @@ def _store_devices(node: Node, snapshot: Snapshot, now) -> list[Device]:
         seen,
         update_conflicts=True,
         unique_fields=["node", "uuid"],
-        update_fields=["index", "name", "vram_total_mib", "vram_used_mib", "utilization_percent", "last_seen", "vanished_at"],
+        update_fields=list(Device.UPDATED_ON_INGEST),
     )
     DeviceSample.objects.bulk_create(
         DeviceSample(
@@ -95,6 +82,8 @@ def _store_devices(node: Node, snapshot: Snapshot, now) -> list[Device]:
             collected_at=snapshot.collected_at,
             vram_used_mib=d.vram_used_mib,
             utilization_percent=d.utilization_percent,
+            temperature_c=d.temperature_c,
+            power_draw_w=d.power_draw_w,
         )
         for d in seen
     )

@@ -34,7 +34,9 @@ from .recorded import (
 from .recorded import docker_payload as _docker_payload
 
 FAKE_TOOLS = ("nvidia-smi", "nvidia-ctk")
-_PREFIX = {"nvidia-smi": "SMI", "nvidia-ctk": "CTK"}
+# Always installed, so it shadows the real one on PATH: never hidden like the two above.
+KERNEL_LOG_TOOL = "dmesg"
+_PREFIX = {"nvidia-smi": "SMI", "nvidia-ctk": "CTK", "dmesg": "DMESG"}
 _SUFFIXES = ("STDOUT", "STDERR", "EXIT", "HANG", "PIDFILE")
 
 
@@ -75,9 +77,9 @@ class FakeHost:
         self._counter = 0
 
         for name in list(os.environ):
-            if name.startswith(("FAKE_SMI_", "FAKE_CTK_")):
+            if name.startswith(("FAKE_SMI_", "FAKE_CTK_", "FAKE_DMESG_")):
                 monkeypatch.delenv(name)
-        for tool in FAKE_TOOLS:
+        for tool in (*FAKE_TOOLS, KERNEL_LOG_TOOL):
             script = BIN_DIR / tool
             if not os.access(script, os.X_OK):
                 raise RuntimeError(f"{script} is not executable (chmod +x it)")
@@ -88,6 +90,12 @@ class FakeHost:
             )  # the fakes' interpreter
         monkeypatch.setenv("PATH", os.pathsep.join(path))
         monkeypatch.setenv("FAKE_TOOL_LOG", str(self.log_path))
+        # The agent learns which nvidia-smi fields its driver rejects once per process;
+        # each fake host is a new driver.
+        from gpufleet.agent import host as agent_host
+        from gpufleet.gpu import SmiQuery
+
+        monkeypatch.setattr(agent_host, "SMI_QUERY", SmiQuery())
         monkeypatch.setenv("GPUFLEET_CDI_SPEC_DIRS", ":".join(self.spec_dirs))
 
         sock = root / "docker.sock"
@@ -98,6 +106,7 @@ class FakeHost:
 
         self.smi("h200")
         self.ctk("1.18.2")
+        self.kernel_log("")
 
     # -- nvidia-smi / nvidia-ctk -------------------------------------------------------------
 
@@ -145,6 +154,16 @@ class FakeHost:
             link.unlink()
         if present:
             link.symlink_to(BIN_DIR / tool)
+
+    def kernel_log(self, text: str, *, exit_code: int = 0, stderr: str = "") -> None:
+        """dmesg prints `text` (empty by default); a non-zero exit with `stderr` is a
+        kernel log the agent may not read."""
+        self._set_tool(
+            KERNEL_LOG_TOOL,
+            stdout=str(self._text_file(text)),
+            stderr=str(self._text_file(stderr)) if stderr else "",
+            exit_code=exit_code,
+        )
 
     def smi(
         self,

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,15 @@ DOCTOR_KEYS = [
     "node", "present", "driver_version", "devices", "runtime_installed", "toolkit_version",
     "cdi_spec_files", "cdi_devices", "attach", "findings",
 ]
-DEVICE_KEYS = ["index", "uuid", "name", "vram_total_mib", "vram_used_mib", "utilization_percent"]
+# The reference package's six device keys, then the health keys, in this order.
+DEVICE_KEYS = [
+    "index", "uuid", "name", "vram_total_mib", "vram_used_mib", "utilization_percent",
+    "pci_bus_id", "temperature_c", "memory_temperature_c", "power_draw_w", "power_limit_w", "fan_percent",
+    "pstate", "sm_clock_mhz", "sm_clock_max_mhz", "persistence_mode", "ecc_mode", "ecc_corrected_volatile",
+    "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "retired_pages_pending",
+    "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure",
+    "throttle_reasons", "mig_mode", "mig_devices", "xid_errors",
+]
 
 
 def _doctor_json(capsys) -> tuple[dict, int]:
@@ -54,6 +63,57 @@ def test_it_reports_an_8_gpu_cdi_host_in_the_documented_keys(fake_host, capsys, 
     assert _finding(report, "gpu0")["status"] == "warn"
     assert _finding(report, "gpu7")["status"] == "ok"
     assert all(_finding(report, c)["status"] == "ok" for c in ("driver", "toolkit", "cdi", "runtime", "attach"))
+
+
+HEALTH = Path(__file__).resolve().parents[1] / "fakes" / "data" / "health"
+
+
+@pytest.mark.parametrize(
+    "recording, expected",
+    [
+        # datacenter: every field known
+        ("smi-8x-h100.csv", {"pci_bus_id": "00000000:18:00.0", "temperature_c": 33, "power_limit_w": 700.0,
+                             "ecc_mode": True, "remapped_rows_failure": False, "throttle_reasons": []}),
+        # consumer: no ECC, no row remapping, no MIG
+        ("smi-2x-geforce.csv", {"name": "NVIDIA GeForce RTX 4090", "fan_percent": 30, "ecc_mode": None,
+                                "remapped_rows_pending": None, "mig_mode": None, "persistence_mode": False}),
+        # Windows: CRLF, no persistence mode
+        ("smi-1x-windows-a4000.csv", {"name": "NVIDIA RTX A4000", "persistence_mode": None, "ecc_mode": False}),
+        # an older driver that rejects the throttle and row-remapping fields
+        ("smi-1x-v100-r450.csv", {"name": "Tesla V100-SXM2-32GB", "temperature_c": 36, "throttle_reasons": None,
+                                  "remapped_rows_correctable": None, "ecc_mode": True}),
+    ],
+)
+def test_doctor_json_reports_the_health_keys_of_each_gpu_family(fake_host, capsys, recording, expected):
+    fake_host.smi(HEALTH / recording)
+    report, _ = _doctor_json(capsys)
+    device = report["devices"][0]
+    assert list(device) == DEVICE_KEYS
+    assert {key: device[key] for key in expected} == expected
+
+
+def test_doctor_json_reports_xids_and_gpu_problems_through_the_real_commands(fake_host, capsys):
+    fake_host.smi(HEALTH / "smi-8x-h100-failing.csv")
+    # The recorded fall, moved to an hour ago so it is inside the Xid window whenever this runs.
+    an_hour_ago = (datetime.now() - timedelta(hours=1)).strftime("%a %b %e %H:%M:%S %Y")
+    fake_host.kernel_log((HEALTH / "kernel-ctime.txt").read_text().replace("Thu Dec  3 15:40:02 2026", an_hour_ago))
+    report, code = _doctor_json(capsys)
+    assert code == 1
+    assert report["devices"][7]["xid_errors"] == [
+        {"xid": 79, "count": 1, "last_seen": report["devices"][7]["xid_errors"][0]["last_seen"],
+         "description": "GPU has fallen off the bus"}
+    ]
+    assert _finding(report, "gpu7.xid")["status"] == "fail"
+    assert _finding(report, "gpu5.ecc")["status"] == "fail"
+    assert _finding(report, "persistence")["fix"] == "sudo nvidia-smi -pm 1"
+
+
+def test_doctor_keeps_the_good_gpus_of_an_exit_15(fake_host, capsys):
+    fake_host.smi(HEALTH / "smi-3x-h100-gpu-lost.exit15.csv", exit_code=15)
+    report, code = _doctor_json(capsys)
+    assert code == 1
+    assert [d["index"] for d in report["devices"]] == [0, 1, 3]
+    assert _finding(report, "lost:0000:3A:00.0")["status"] == "fail"
 
 
 def test_it_exits_1_and_says_why_when_there_is_no_gpu(fake_host, capsys):

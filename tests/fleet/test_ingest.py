@@ -69,7 +69,7 @@ def _malformed():
         cases[name] = data
 
     case("no schema_version", lambda d: d.pop("schema_version"))
-    case("future schema_version", lambda d: d.update(schema_version=2))
+    case("future schema_version", lambda d: d.update(schema_version=99))
     case("unknown key", lambda d: d.update(extra=1))
     case("index as text", lambda d: d["devices"][0].update(index="0"))
     case("negative memory", lambda d: d["devices"][0].update(vram_used_mib=-1))

@@ -10,12 +10,14 @@ from django.urls import reverse
 from gpufleet.fleet.models import Finding, Node
 from gpufleet.fleet.reports import safe_cell
 from tests.factories import ingest
+from tests.fleet.test_commands import DEVICE_KEYS as DOCTOR_DEVICE_KEYS
 
 DOCTOR_KEYS = {
     "node", "present", "driver_version", "devices", "runtime_installed", "toolkit_version",
     "cdi_spec_files", "cdi_devices", "attach", "findings",
 }
-DEVICE_KEYS = {"index", "uuid", "name", "vram_total_mib", "vram_used_mib", "utilization_percent"}
+# The doctor's device keys: the report exports what `doctor --json` writes.
+DEVICE_KEYS = set(DOCTOR_DEVICE_KEYS)
 
 
 def _body(response) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpufleet.gpu import SMI_QUERY_ARGV, TOOLKIT_ARGV, CommandResult, DockerInfo
+from gpufleet.gpu import KERNEL_LOG_ARGV, SMI_QUERY_ARGV, TOOLKIT_ARGV, CommandResult, DockerInfo
+from tests.fakes import smi_query
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -40,6 +41,14 @@ class FakeRunner:
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> CommandResult:
         key = tuple(argv)
         self.calls.append((key, timeout))
+        recorded = self.results.get(SMI)
+        if recorded is not None and smi_query.requested_fields(list(key)) is not None:
+            if recorded.error:
+                return recorded
+            # nvidia-smi's GPU query, whatever its fields: answered as a driver that
+            # knows the recording's fields would answer it.
+            stdout, _, code = smi_query.answer(list(key), recorded.stdout, recorded.exit_code or 0)
+            return CommandResult(key, code, stdout=stdout, stderr=recorded.stderr)
         if key in self.results:
             return self.results[key]
         return failed(key, f"{key[0]} not found on PATH")
@@ -59,15 +68,20 @@ class FakeDocker:
 
 SMI = tuple(SMI_QUERY_ARGV)
 CTK = tuple(TOOLKIT_ARGV)
+DMESG = tuple(KERNEL_LOG_ARGV)
 
 
 def host(
-    smi: CommandResult | str | None = None, ctk: CommandResult | str | None = None
+    smi: CommandResult | str | None = None,
+    ctk: CommandResult | str | None = None,
+    dmesg: CommandResult | str | None = "",
 ) -> FakeRunner:
-    """A runner for a host whose nvidia-smi and nvidia-ctk print the given text (or
-    return the given result); None leaves the program missing."""
+    """A runner for a host whose nvidia-smi, nvidia-ctk and dmesg print the given text
+    (or return the given result); None leaves the program missing. nvidia-smi answers
+    any field list from its recording (tests/fakes/smi_query.py); the kernel log is
+    empty unless given."""
     results = {}
-    for argv, answer in ((SMI, smi), (CTK, ctk)):
+    for argv, answer in ((SMI, smi), (CTK, ctk), (DMESG, dmesg)):
         if isinstance(answer, str):
             results[argv] = ok(argv, answer)
         elif answer is not None:

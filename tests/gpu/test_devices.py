@@ -6,7 +6,7 @@ import pytest
 
 from gpufleet.gpu import (
     INSTALL_HINT,
-    SMI_QUERY_ARGV,
+    REFERENCE_QUERY_ARGV,
     Device,
     DockerInfo,
     Info,
@@ -20,8 +20,8 @@ from .fakes import SMI, exited, failed, fixture, host
 H200_UUID_0 = "GPU-a44622e3-2296-6285-0a86-84d0f6c67900"
 
 
-def test_it_queries_the_seven_fields_without_header_or_units():
-    assert SMI_QUERY_ARGV == [
+def test_it_falls_back_to_the_seven_reference_fields_without_header_or_units():
+    assert REFERENCE_QUERY_ARGV == [
         "nvidia-smi",
         "--query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu,driver_version",
         "--format=csv,noheader,nounits",
@@ -224,7 +224,8 @@ def test_it_detects_gpus_and_the_runtime():
     assert info.count == 8
     assert info.total_vram_mib == 8 * 143771
     assert info.runtime_installed
-    assert runner.calls == [(SMI, 10.0)]
+    # The recording knows only the reference fields: the last query asks for those alone.
+    assert runner.calls[0] == (SMI, 10.0) and runner.calls[-1] == (tuple(REFERENCE_QUERY_ARGV), 10.0)
 
 
 @pytest.mark.parametrize(

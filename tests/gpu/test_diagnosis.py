@@ -22,7 +22,8 @@ from gpufleet.gpu import (
     is_cdi_spec_name,
 )
 
-from .fakes import CTK, SMI, FakeDocker, exited, fixture, host
+from .fakes import CTK, DMESG, SMI, FakeDocker, exited, fixture, host
+from .test_health import HEALTH
 
 RUNC = ("io.containerd.runc.v2", "runc")
 NVIDIA = (*RUNC, "nvidia")
@@ -46,19 +47,20 @@ def by_code(diagnosis: HostDiagnosis) -> dict[str, Finding]:
 
 
 @pytest.mark.parametrize(
-    "smi",
-    [None, "", exited(SMI, 9, stdout=fixture("error-couldnt-communicate.exit9.txt"))],
+    "smi,remedy",
+    [
+        (None, DRIVER_HINT),
+        ("", DRIVER_HINT),
+        (exited(SMI, 9, stdout=fixture("error-couldnt-communicate.exit9.txt")), "sudo modprobe nvidia"),
+    ],
 )
-def test_it_gives_one_driver_failure_without_a_gpu(smi):
+def test_it_gives_one_driver_failure_without_a_gpu(smi, remedy):
     d = diagnose(smi=smi, cdi=CDI)
     assert d.attach == "none"
     assert len(d.findings) == 1
     (finding,) = d.findings
-    assert (finding.code, finding.status, finding.fix) == (
-        "driver",
-        "fail",
-        DRIVER_HINT,
-    )
+    assert (finding.code, finding.status) == ("driver", "fail")
+    assert remedy in finding.fix
     assert d.info.no_gpu_reason in finding.message
     assert d.failed
     assert d.worst_status == Status.FAIL
@@ -243,10 +245,10 @@ def test_it_drops_duplicate_spec_files_and_keeps_their_order():
     assert d.cdi_spec_files == ("/var/run/cdi/nvidia.yaml", "/etc/cdi/nvidia.yaml")
 
 
-def test_it_runs_each_command_once():
-    runner = host(smi=MIXED, ctk=CTK_1_18)
+def test_it_runs_each_command_once_on_a_driver_that_knows_every_field():
+    runner = host(smi=(HEALTH / "smi-8x-h100.csv").read_text(), ctk=CTK_1_18)
     diagnose_host(runner, FakeDocker(DockerInfo(runtimes=NVIDIA)), ())
-    assert [argv for argv, _ in runner.calls] == [SMI, CTK]
+    assert [argv for argv, _ in runner.calls] == [SMI, CTK, DMESG]
 
 
 def test_it_writes_exactly_the_doctor_json_keys():
@@ -265,7 +267,7 @@ def test_it_writes_exactly_the_doctor_json_keys():
         "findings",
     ]
     assert report["node"] == "gpu-07"
-    assert report["devices"][0] == {
+    reference = {
         "index": 0,
         "uuid": "GPU-9f0e6c1a-77b2-4d1e-8c3f-5a6b7c8d9e01",
         "name": "Tesla K80",
@@ -273,6 +275,11 @@ def test_it_writes_exactly_the_doctor_json_keys():
         "vram_used_mib": 0,
         "utilization_percent": None,
     }
+    # A driver that knows only the reference fields: every health key is there, unknown.
+    lists = {"mig_devices": [], "xid_errors": []}
+    health = {k: None for k in report["devices"][0] if k not in reference and k not in lists}
+    assert report["devices"][0] == {**reference, **health, **lists}
+    assert len(health) == 21
     assert report["cdi_spec_files"] == list(SPEC)
     assert report["cdi_devices"] == list(CDI)
     assert report["attach"] == "cdi"

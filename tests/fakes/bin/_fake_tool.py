@@ -20,8 +20,11 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import smi_query  # noqa: E402  (tests/fakes/smi_query.py, shared with the in-memory runner)
+
 DATA = os.path.join(os.path.dirname(HERE), "data")
-DEFAULT_STDOUT = {"SMI": "smi-8x-h200.csv", "CTK": "ctk-1.18.2.txt"}
+DEFAULT_STDOUT = {"SMI": "smi-8x-h200.csv", "CTK": "ctk-1.18.2.txt", "DMESG": ""}
 
 
 def _copy(path: str, stream) -> None:
@@ -45,8 +48,15 @@ def main(prefix: str) -> int:
 
     stdout = env.get(f"FAKE_{prefix}_STDOUT")
     if stdout is None:
-        stdout = os.path.join(DATA, DEFAULT_STDOUT[prefix])
-    if stdout:
+        stdout = os.path.join(DATA, DEFAULT_STDOUT[prefix]) if DEFAULT_STDOUT[prefix] else ""
+    exit_code = int(env.get(f"FAKE_{prefix}_EXIT", "0") or 0)
+    if prefix == "SMI" and stdout and smi_query.requested_fields(sys.argv[1:]) is not None:
+        # A driver that knows the recording's fields answers the ones asked for.
+        with open(stdout, encoding="utf-8", errors="replace") as fh:
+            text, _, exit_code = smi_query.answer(sys.argv[1:], fh.read(), exit_code)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    elif stdout:
         _copy(stdout, sys.stdout)
     stderr = env.get(f"FAKE_{prefix}_STDERR")
     if stderr:
@@ -65,4 +75,4 @@ def main(prefix: str) -> int:
         while True:
             time.sleep(3600)
 
-    return int(env.get(f"FAKE_{prefix}_EXIT", "0") or 0)
+    return exit_code

@@ -1,0 +1,65 @@
+"""How the fake nvidia-smi answers `--query-gpu=...` from a recording (stdlib only).
+
+A recording that starts with a header row (as `--format=csv` prints it:
+"index, uuid, name, memory.total [MiB], ...") is a driver that knows exactly those
+fields: asked for fields it has, it prints them in the order asked, without the
+header; asked for one it lacks, it answers like a real older driver,
+`Field "x" is not a valid field to query.` and exit code 2. Lines that are not rows
+(warnings, "Unable to determine the device handle ...") pass through in place.
+
+A recording without a header holds the seven reference fields. Asked for those it
+prints itself; asked for more (with exit code 0) it is a driver that knows no
+other field. A recording of a failure (non-zero exit, no header) prints as it is:
+the driver fails before any field matters.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+
+REFERENCE = ["index", "uuid", "name", "memory.total", "memory.used", "utilization.gpu", "driver_version"]
+BAD_ARGUMENT = 2
+_UNIT = re.compile(r"\s*\[[^\]]*\]$")
+
+
+def requested_fields(argv: list[str]) -> list[str] | None:
+    for arg in argv:
+        if arg.startswith("--query-gpu="):
+            return [f.strip() for f in arg.split("=", 1)[1].split(",")]
+    return None
+
+
+def answer(argv: list[str], recording: str, exit_code: int) -> tuple[str, str, int]:
+    """(stdout, stderr, exit code) of nvidia-smi run with `argv` on this recording."""
+    wanted = requested_fields(argv)
+    lines = recording.splitlines(keepends=True)
+    header = _header(lines)
+    if wanted is None or (header is None and (exit_code != 0 or wanted == REFERENCE)):
+        return recording, "", exit_code
+    known = header or REFERENCE
+    missing = [f for f in wanted if f not in known]
+    if missing:
+        return f'Field "{missing[0]}" is not a valid field to query.\n\n', "", BAD_ARGUMENT
+    columns = [known.index(f) for f in wanted]
+    out = []
+    for line in lines[1:] if header else lines:
+        values = _row(line, len(known))
+        if values is None:
+            out.append(line)
+        else:
+            out.append(", ".join(values[c] for c in columns) + "\n")
+    return "".join(out), "", exit_code
+
+
+def _header(lines: list[str]) -> list[str] | None:
+    if not lines or not lines[0].lower().startswith("index"):
+        return None
+    return [_UNIT.sub("", f.strip()) for f in lines[0].split(",")]
+
+
+def _row(line: str, width: int) -> list[str] | None:
+    if "," not in line or line.lstrip()[:1].isalpha():
+        return None
+    values = [v.strip() for v in next(csv.reader([line.strip()], skipinitialspace=True))]
+    return values if len(values) == width else None

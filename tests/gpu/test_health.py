@@ -1,0 +1,300 @@
+"""GPU health: the extended nvidia-smi query, older drivers, MIG, Xid errors from the
+kernel log, half-failing nvidia-smi, and the findings each of them gives."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from gpufleet import gpu
+from gpufleet.gpu import SMI_LIST_ARGV, SMI_QUERY_ARGV, DockerInfo, SmiQuery, Status, detect, diagnose_host
+from tests.gpu.fakes import DMESG, FakeDocker, exited, host, ok
+
+HEALTH = Path(__file__).resolve().parents[1] / "fakes" / "data" / "health"
+NOW = datetime(2026, 12, 3, 17, 0, tzinfo=UTC)
+DOCKER = DockerInfo(runtimes=("runc", "nvidia"))
+
+
+def recording(name: str) -> str:
+    return (HEALTH / name).read_text()
+
+
+def smi_query_calls(runner) -> list[tuple[str, ...]]:
+    return [argv for argv, _ in runner.calls if argv[1].startswith("--query-gpu=")]
+
+
+def diagnose(runner, **kwargs) -> gpu.HostDiagnosis:
+    return diagnose_host(runner, FakeDocker(DOCKER), [], now=NOW, **kwargs)
+
+
+def finding(diagnosis: gpu.HostDiagnosis, code: str) -> gpu.Finding:
+    return next(f for f in diagnosis.findings if f.code == code)
+
+
+def codes(diagnosis: gpu.HostDiagnosis) -> list[str]:
+    return [f.code for f in diagnosis.findings]
+
+
+# --- the query ---------------------------------------------------------------
+
+
+def test_it_asks_nvidia_smi_for_the_reference_fields_then_every_health_field_in_one_call():
+    query = SMI_QUERY_ARGV[1].removeprefix("--query-gpu=").split(",")
+    assert query[:7] == ["index", "uuid", "name", "memory.total", "memory.used", "utilization.gpu", "driver_version"]
+    assert "remapped_rows.failure" in query and "clocks_event_reasons.hw_power_brake_slowdown" in query
+    assert query[-1] == "mig.mode.current" and len(query) == 32
+    assert SMI_QUERY_ARGV[2] == "--format=csv,noheader,nounits"
+
+
+def test_it_reads_every_health_field_of_a_datacenter_gpu():
+    runner = host(smi=recording("smi-8x-h100.csv"))
+    info = detect(runner, DOCKER)
+    first, second = info.devices[0], info.devices[1]
+    assert first.to_dict() == {
+        "index": 0, "uuid": "GPU-6b3c0a1e-4f1d-9c2b-8e7a-1d2c3b4a5f60", "name": "NVIDIA H100 80GB HBM3",
+        "vram_total_mib": 81559, "vram_used_mib": 1024, "utilization_percent": 0,
+        "pci_bus_id": "00000000:18:00.0", "temperature_c": 33, "memory_temperature_c": 41,
+        "power_draw_w": 118.4, "power_limit_w": 700.0, "fan_percent": None, "pstate": "P0",
+        "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980, "persistence_mode": True, "ecc_mode": True,
+        "ecc_corrected_volatile": 0, "ecc_uncorrected_volatile": 0, "ecc_uncorrected_aggregate": 0,
+        "retired_pages_pending": False, "remapped_rows_correctable": 0, "remapped_rows_uncorrectable": 0,
+        "remapped_rows_pending": False, "remapped_rows_failure": False, "throttle_reasons": [],
+        "mig_mode": False, "mig_devices": [], "xid_errors": [],
+    }
+    assert second.throttle_reasons == ("sw_power_cap",)
+    assert len(smi_query_calls(runner)) == 1
+
+
+def test_it_reads_placeholders_as_unknown_never_zero_on_a_consumer_gpu():
+    info = detect(host(smi=recording("smi-2x-geforce.csv")), DOCKER)
+    rtx4090, rtx3060 = info.devices
+    assert rtx4090.name == "NVIDIA GeForce RTX 4090" and rtx4090.fan_percent == 30
+    for key in ("memory_temperature_c", "ecc_mode", "ecc_uncorrected_volatile", "remapped_rows_failure", "mig_mode"):
+        assert getattr(rtx4090, key) is None, key
+    assert rtx4090.persistence_mode is False
+    assert rtx3060.power_draw_w is None and rtx3060.fan_percent == 0
+
+
+def test_it_reads_a_windows_host_with_crlf_and_no_persistence_mode():
+    diagnosis = diagnose(host(smi=recording("smi-1x-windows-a4000.csv")))
+    (a4000,) = diagnosis.info.devices
+    assert a4000.name == "NVIDIA RTX A4000" and a4000.temperature_c == 41 and a4000.pci_bus_id == "00000000:65:00.0"
+    assert a4000.persistence_mode is None and a4000.ecc_mode is False
+    assert "persistence" not in codes(diagnosis)  # unknown is not "off"
+
+
+@pytest.mark.parametrize("value", ["Enabled", "Yes", "Active", "enabled"])
+def test_it_reads_the_true_words_as_true(value):
+    (field,) = [f for f in gpu.ALL_FIELDS if f.query == "persistence_mode"]
+    assert gpu.parse_smi(f"0, GPU-a, T4, 1, 0, 0, 1.0, {value}\n", gpu.REFERENCE_FIELDS + (field,))[1][0].persistence_mode
+
+
+def test_it_refuses_a_boolean_it_does_not_know():
+    (field,) = [f for f in gpu.ALL_FIELDS if f.query == "persistence_mode"]
+    with pytest.raises(gpu.SmiParseError, match="persistence_mode 'Maybe'"):
+        gpu.parse_smi("0, GPU-a, T4, 1, 0, 0, 1.0, Maybe\n", gpu.REFERENCE_FIELDS + (field,))
+
+
+# --- older drivers -------------------------------------------------------------
+
+
+def test_it_drops_the_fields_an_older_driver_rejects_and_keeps_the_rest():
+    runner = host(smi=recording("smi-1x-v100-r450.csv"))
+    query = SmiQuery()
+    info = detect(runner, DOCKER, query)
+    (v100,) = info.devices
+    assert v100.name == "Tesla V100-SXM2-32GB" and v100.temperature_c == 36 and v100.ecc_mode is True
+    assert v100.remapped_rows_pending is None and v100.throttle_reasons is None
+    # One rejection per group the driver lacks: remapped_rows.*, then clocks_event_reasons.*.
+    assert len(smi_query_calls(runner)) == 3
+    assert {f for f in query.rejected} == {
+        f.query for f in gpu.ALL_FIELDS if f.query.startswith(("remapped_rows.", "clocks_event_reasons."))
+    }
+
+
+def test_it_pays_for_a_rejected_field_once_per_process():
+    runner = host(smi=recording("smi-1x-v100-r450.csv"))
+    query = SmiQuery()
+    detect(runner, DOCKER, query)
+    runner.calls.clear()
+    assert detect(runner, DOCKER, query).count == 1
+    assert len(smi_query_calls(runner)) == 1
+
+
+def test_it_falls_back_to_the_reference_fields_for_a_driver_that_knows_no_other():
+    runner = host(smi="0, GPU-aaaa, Tesla K80, 11441, 0, 3, 470.82.01\n")
+    query = SmiQuery()
+    info = detect(runner, DOCKER, query)
+    assert [d.name for d in info.devices] == ["Tesla K80"] and info.devices[0].temperature_c is None
+    assert query.reference_only
+    assert smi_query_calls(runner)[-1] == tuple(gpu.REFERENCE_QUERY_ARGV)
+    assert len(smi_query_calls(runner)) <= 5
+
+
+def test_it_does_not_retry_a_driver_failure():
+    runner = host(smi=exited(SMI_QUERY_ARGV, 9, stdout=recording("../smi-error-exit9.txt")))
+    info = detect(runner, DOCKER)
+    assert not info.present and "couldn't communicate" in info.no_gpu_reason
+    assert len(smi_query_calls(runner)) == 1
+
+
+# --- MIG -----------------------------------------------------------------------
+
+
+def test_it_lists_the_mig_slices_of_a_gpu_in_mig_mode():
+    runner = host(smi=recording("smi-2x-a100-mig.csv"))
+    runner.results[tuple(SMI_LIST_ARGV)] = ok(SMI_LIST_ARGV, recording("smi-list-a100-mig.txt"))
+    mig, plain = detect(runner, DOCKER).devices
+    assert mig.mig_mode is True and mig.utilization_percent is None
+    assert [m.to_dict() for m in mig.mig_devices] == [
+        {"uuid": "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f", "profile": "3g.40gb", "device": 0},
+        {"uuid": "MIG-2f1c0a9e-8b7d-5c6e-a4f3-b2e1d0c9f8a7", "profile": "2g.20gb", "device": 1},
+        {"uuid": "MIG-9e8d7c6b-5a4f-5e3d-b2c1-a0f9e8d7c6b5", "profile": "1g.10gb", "device": 2},
+    ]
+    assert plain.mig_mode is False and plain.mig_devices == ()
+
+
+def test_it_keeps_a_mig_gpu_when_its_slices_cannot_be_listed():
+    (mig, _) = detect(host(smi=recording("smi-2x-a100-mig.csv")), DOCKER).devices  # no `nvidia-smi -L`
+    assert mig.mig_mode is True and mig.mig_devices == ()
+
+
+def test_it_does_not_list_slices_when_no_gpu_is_in_mig_mode():
+    runner = host(smi=recording("smi-8x-h100.csv"))
+    detect(runner, DOCKER)
+    assert tuple(SMI_LIST_ARGV) not in [argv for argv, _ in runner.calls]
+
+
+# --- nvidia-smi half failing ----------------------------------------------------
+
+
+def test_it_keeps_the_rows_of_a_corrupt_inforom_exit_14_and_warns():
+    runner = host(smi=exited(SMI_QUERY_ARGV, 14, stdout=recording("smi-2x-h100-inforom.exit14.csv")))
+    diagnosis = diagnose(runner)
+    assert diagnosis.info.count == 2
+    driver = finding(diagnosis, "driver")
+    assert driver.status == Status.WARN and "infoROM is corrupted" in driver.message and "code 14" in driver.message
+
+
+def test_it_keeps_the_good_gpus_when_one_is_lost_exit_15_and_fails_the_lost_one():
+    runner = host(smi=exited(SMI_QUERY_ARGV, 15, stdout=recording("smi-3x-h100-gpu-lost.exit15.csv")))
+    diagnosis = diagnose(runner)
+    assert [d.index for d in diagnosis.info.devices] == [0, 1, 3]
+    lost = finding(diagnosis, "lost:0000:3A:00.0")
+    assert lost.status == Status.FAIL and "0000:3A:00.0" in lost.message and "GPU is lost" in lost.message
+    assert "reboot" in lost.fix.lower() and "hardware" in lost.fix.lower()
+    assert diagnosis.failed
+
+
+@pytest.mark.parametrize(
+    "code,said,remedy",
+    [
+        (18, "Failed to initialize NVML: Driver/library version mismatch", "reload the modules"),
+        (9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "modprobe nvidia"),
+        (6, "No devices were found", "lspci"),
+        (12, "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system.", "user-space libraries"),
+    ],
+)
+def test_it_gives_each_known_nvidia_smi_failure_its_own_remedy(code, said, remedy):
+    diagnosis = diagnose(host(smi=exited(SMI_QUERY_ARGV, code, stdout=said + "\n")))
+    driver = finding(diagnosis, "driver")
+    assert driver.status == Status.FAIL and remedy in driver.fix
+    assert "ubuntu-drivers" not in driver.fix
+
+
+def test_it_still_says_install_a_driver_when_there_is_no_nvidia_smi():
+    assert "ubuntu-drivers" in finding(diagnose(host(smi=None)), "driver").fix
+
+
+# --- findings per GPU -------------------------------------------------------------
+
+
+def test_it_finds_each_problem_of_a_gpu_in_trouble_by_index_and_pci_address():
+    diagnosis = diagnose(host(smi=recording("smi-8x-h100-failing.csv")))
+    thermal = finding(diagnosis, "gpu2.thermal")
+    assert thermal.status == Status.FAIL and "hw_thermal_slowdown" in thermal.message and "92 °C" in thermal.message
+    assert "GPU 2" in thermal.name and "00000000:3A:00.0" in thermal.name
+    ecc = finding(diagnosis, "gpu5.ecc")
+    assert ecc.status == Status.FAIL and "4 uncorrectable ECC errors" in ecc.message and "row remapping failed" in ecc.message
+    pending = finding(diagnosis, "gpu6.ecc")
+    assert pending.status == Status.WARN and "reset the gpu or reboot" in pending.fix.lower()
+    brake = finding(diagnosis, "gpu7.power")
+    assert brake.status == Status.FAIL and "power brake" in brake.message.lower()
+    persistence = finding(diagnosis, "persistence")
+    assert persistence.status == Status.WARN and persistence.fix == "sudo nvidia-smi -pm 1"
+    # The healthy GPUs get no extra finding; sw_power_cap alone is normal under load.
+    assert not [c for c in codes(diagnosis) if c.startswith(("gpu0.", "gpu1.", "gpu3.", "gpu4."))]
+
+
+def test_it_warns_of_a_hot_gpu_from_the_configured_level():
+    diagnosis = diagnose(host(smi=recording("smi-8x-h100.csv")), temperature_warn_c=38)
+    hot = [f.code for f in diagnosis.findings if f.code.endswith(".thermal")]
+    assert hot == ["gpu5.thermal", "gpu6.thermal", "gpu7.thermal"]  # 38, 39 and 40 °C
+    assert finding(diagnosis, "gpu5.thermal").status == Status.WARN
+
+
+def test_a_healthy_datacenter_node_has_nothing_to_report():
+    diagnosis = diagnose(host(smi=recording("smi-8x-h100.csv"), ctk="NVIDIA Container Toolkit CLI version 1.18.2\n"))
+    assert diagnosis.worst_status == Status.OK, [(f.code, f.message) for f in diagnosis.findings if f.status != "ok"]
+
+
+# --- Xid errors --------------------------------------------------------------------
+
+
+def test_it_counts_xid_errors_per_gpu_within_the_window_from_iso_dmesg():
+    diagnosis = diagnose(host(smi=recording("smi-8x-h100.csv"), dmesg=recording("kernel-iso.txt")))
+    by_index = {d.index: d for d in diagnosis.info.devices}
+    assert [x.to_dict() for x in by_index[4].xid_errors] == [
+        {"xid": 119, "count": 2, "last_seen": "2026-12-03T16:05:10.101883+00:00", "description": "GSP RPC timeout"}
+    ]
+    assert [x.xid for x in by_index[1].xid_errors] == [13]
+    assert by_index[0].xid_errors == ()  # Xid 48 on 30 November is outside the 24 h window
+    gsp = finding(diagnosis, "gpu4.xid")
+    assert gsp.status == Status.FAIL and "Xid 119 ×2" in gsp.message and "reset" in gsp.fix.lower()
+    app = finding(diagnosis, "gpu1.xid")
+    assert app.status == Status.WARN and "Restart the application" in app.fix
+
+
+def test_a_longer_window_counts_the_older_xid():
+    diagnosis = diagnose(host(smi=recording("smi-8x-h100.csv"), dmesg=recording("kernel-iso.txt")), xid_window_hours=24 * 7)
+    assert finding(diagnosis, "gpu0.xid").status == Status.FAIL  # Xid 48, double bit ECC
+
+
+def test_it_reads_fallen_off_the_bus_from_dmesg_t_once_as_xid_79():
+    diagnosis = diagnose(host(smi=recording("smi-8x-h100.csv"), dmesg=recording("kernel-ctime.txt")))
+    (xid,) = diagnosis.info.devices[7].xid_errors
+    assert (xid.xid, xid.count, xid.last_seen) == (79, 1, "2026-12-03T15:40:02+00:00")
+    assert finding(diagnosis, "gpu7.xid").status == Status.FAIL
+
+
+def test_it_reads_plain_dmesg_without_wall_clock_times():
+    diagnosis = diagnose(host(smi=recording("smi-8x-h100.csv"), dmesg=recording("kernel-plain.txt")))
+    assert [(x.xid, x.last_seen) for x in diagnosis.info.devices[0].xid_errors] == [(14, None), (31, None)]
+
+
+def test_it_reads_journalctl_and_a_multi_line_fall_off_the_bus_for_a_gpu_nvidia_smi_lost():
+    runner = host(smi=exited(SMI_QUERY_ARGV, 15, stdout=recording("smi-3x-h100-gpu-lost.exit15.csv")),
+                  dmesg=recording("kernel-journal.txt"))
+    diagnosis = diagnose(runner)
+    gone = finding(diagnosis, "xid:0000:3a:00")
+    assert gone.status == Status.FAIL and "Xid 79" in gone.message and "not listed by nvidia-smi" in gone.name
+    # Xid 94 names 0000:5d:00, GPU 3 of this node.
+    assert [x.xid for x in diagnosis.info.devices[2].xid_errors] == [94]
+
+
+def test_it_warns_and_says_how_to_grant_it_when_the_kernel_log_is_not_readable():
+    denied = exited(DMESG, 1, stderr=recording("kernel-denied.txt"))
+    diagnosis = diagnose(host(smi=recording("smi-8x-h100.csv"), dmesg=denied))
+    log = finding(diagnosis, "kernel-log")
+    assert log.status == Status.WARN and "Operation not permitted" in log.message
+    assert "CAP_SYSLOG" in log.fix and "dmesg_restrict" in log.fix
+
+
+def test_every_catalogued_xid_has_a_description_and_an_action_and_application_errors_only_warn():
+    for code, entry in gpu.XID_CATALOGUE.items():
+        assert entry.description and entry.action, code
+    assert {c for c, e in gpu.XID_CATALOGUE.items() if not e.fails} >= {13, 31, 43, 45}
+    assert {c for c, e in gpu.XID_CATALOGUE.items() if e.fails} >= {48, 63, 64, 74, 79, 92, 94, 95, 119, 120}
+    assert not gpu.xid_code(99999).fails and "99999" in gpu.xid_code(99999).description
