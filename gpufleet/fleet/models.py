@@ -98,6 +98,8 @@ class Node(models.Model):
     vram_used_mib = models.BigIntegerField(default=0)
     utilization_mean = models.FloatField(null=True, blank=True)
     gpus_reserved = models.PositiveIntegerField(default=0)
+    # GPUs the node had but no longer reports (lost capacity until someone forgets them).
+    gpus_lost = models.PositiveIntegerField(default=0)
 
     objects = NodeQuerySet.as_manager()
 

@@ -59,6 +59,7 @@ class FleetSummary:
             vram_total=Coalesce(Sum("vram_total_mib", filter=_ONLINE), 0),
             vram_used=Coalesce(Sum("vram_used_mib", filter=_ONLINE), 0),
             reserved=Coalesce(Sum("gpus_reserved", filter=_ONLINE), 0),
+            lost=Coalesce(Sum("gpus_lost"), 0),
             failing=Count("pk", filter=_ONLINE & Q(health=Health.FAIL)),
             warning=Count("pk", filter=_ONLINE & Q(health=Health.WARN)),
         )

@@ -10,6 +10,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from gpufleet import gpu
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
 from gpufleet.jobs.models import JobStatus
@@ -51,8 +52,12 @@ def ingest_snapshot(data, now=None) -> IngestResult:
             log.info("ignored snapshot from %s taken %s: not newer than the stored one", node, snapshot.collected_at)
             return IngestResult(STALE, node.name, "not newer than the stored snapshot")
         devices = _store_devices(node, snapshot, now)
-        _store_findings(node, snapshot)
+        lost = list(node.devices.filter(vanished_at__isnull=False).order_by("index"))
+        _store_findings(node, snapshot, _lost_capacity_finding(lost))
         _update_node(node, snapshot, devices, now)
+        node.gpus_lost = len(lost)
+        if lost:
+            node.health = gpu.Status.FAIL
         node.gpus_reserved = _flag_claims(node, devices)
         node.save()
     return IngestResult(ACCEPTED, node.name)
@@ -90,11 +95,30 @@ def _store_devices(node: Node, snapshot: Snapshot, now) -> list[Device]:
     return seen
 
 
-def _store_findings(node: Node, snapshot: Snapshot) -> None:
+def _store_findings(node: Node, snapshot: Snapshot, central: gpu.Finding | None) -> None:
     node.findings.all().delete()
+    findings = [*snapshot.findings, *([central] if central else [])]
     Finding.objects.bulk_create(
         Finding(node=node, position=i, code=f.code, name=f.name, status=f.status, message=f.message, fix=f.fix)
-        for i, f in enumerate(snapshot.findings)
+        for i, f in enumerate(findings)
+    )
+
+
+def _lost_capacity_finding(lost: list[Device]) -> gpu.Finding | None:
+    """A GPU the node had and no longer reports fails the node: the agent cannot see
+    it, so only the centre, which remembers it, can say so."""
+    if not lost:
+        return None
+    gpus = "; ".join(f"GPU {d.index} {d.name} ({d.uuid}), last seen {d.last_seen:%Y-%m-%d %H:%M} UTC" for d in lost[:8])
+    more = f" and {len(lost) - 8} more" if len(lost) > 8 else ""
+    count = f"{len(lost)} GPU{'s' if len(lost) != 1 else ''}"
+    return gpu.Finding(
+        "lost-capacity",
+        "Lost GPUs",
+        gpu.Status.FAIL,
+        f"{count} no longer reported by nvidia-smi: {gpus}{more}",
+        "Check the node (nvidia-smi, dmesg for Xid 79). A GPU removed on purpose can be deleted"
+        " from the node's devices in the admin site.",
     )
 
 

@@ -12,16 +12,17 @@ from django.test.utils import CaptureQueriesContext
 
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
+from gpufleet.fleet.summary import FleetSummary
 from gpufleet.ingest.services import ACCEPTED, REJECTED, STALE, ingest_snapshot
 from tests.factories import later, snapshot
 
 pytestmark = pytest.mark.django_db
 
 # Per snapshot of a known node: lock the node (insert-if-missing + SELECT FOR
-# UPDATE), mark vanished GPUs, upsert devices, insert samples, replace findings
-# (delete + insert), read claims, save the node; plus the transaction's own
-# statements (BEGIN/COMMIT, or a savepoint inside a test's transaction).
-STATEMENTS_PER_SNAPSHOT = 9
+# UPDATE), mark vanished GPUs, upsert devices, insert samples, read the lost GPUs,
+# replace findings (delete + insert), read claims, save the node; plus the
+# transaction's own statements (BEGIN/COMMIT, or a savepoint inside a test's transaction).
+STATEMENTS_PER_SNAPSHOT = 10
 
 
 def _row_counts():
@@ -164,3 +165,84 @@ def test_it_brings_an_offline_node_back_online():
     Node.objects.filter(name="n").update(offline=True)
     ingest_snapshot(snapshot("n", gpus=1, at=later(first)))
     assert Node.objects.get(name="n").offline is False
+
+
+HEALTH = {
+    "pci_bus_id": "00000000:9B:00.0", "temperature_c": 71, "memory_temperature_c": 80, "power_draw_w": 612.5,
+    "power_limit_w": 700.0, "fan_percent": None, "pstate": "P0", "sm_clock_mhz": 1755, "sm_clock_max_mhz": 1980,
+    "persistence_mode": True, "ecc_mode": True, "ecc_corrected_volatile": 3, "ecc_uncorrected_volatile": 0,
+    "ecc_uncorrected_aggregate": 0, "retired_pages_pending": False, "remapped_rows_correctable": 1,
+    "remapped_rows_uncorrectable": 0, "remapped_rows_pending": False, "remapped_rows_failure": False,
+    "throttle_reasons": ["sw_power_cap"], "mig_mode": True,
+    "mig_devices": [{"uuid": "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f", "profile": "3g.40gb", "device": 0}],
+    "xid_errors": [{"xid": 119, "count": 2, "last_seen": "2026-12-03T16:05:10+00:00", "description": "GSP RPC timeout"}],
+}
+
+
+def test_it_stores_every_health_field_and_gives_them_back_as_reported():
+    snap = snapshot("alpha", 2)
+    snap["devices"][1].update(HEALTH)
+    assert ingest_snapshot(snap).outcome == ACCEPTED
+    device = Device.objects.get(node__name="alpha", index=1)
+    assert (device.pci_bus_id, device.temperature_c, device.power_draw_w) == ("00000000:9B:00.0", 71, 612.5)
+    assert device.as_gpu_device().to_dict() == snap["devices"][1]
+    sample = DeviceSample.objects.get(device=device)
+    assert (sample.temperature_c, sample.power_draw_w) == (71, 612.5)
+
+
+def test_it_still_accepts_a_schema_1_snapshot_from_an_older_agent():
+    snap = snapshot("alpha", 2)
+    snap["schema_version"] = 1
+    for device in snap["devices"]:
+        for key in [k for k in device if k not in ("index", "uuid", "name", "vram_total_mib", "vram_used_mib",
+                                                   "utilization_percent")]:
+            del device[key]
+    assert ingest_snapshot(snap).outcome == ACCEPTED
+    device = Device.objects.get(node__name="alpha", index=0).as_gpu_device()
+    assert device.temperature_c is None and device.xid_errors == () and device.throttle_reasons is None
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("temperature_c", -1), ("power_draw_w", float("inf")), ("ecc_corrected_volatile", 2**64),
+     ("throttle_reasons", ["made_up"]), ("pci_bus_id", "x" * 40)],
+)
+def test_it_rejects_out_of_bounds_health_values(field, value):
+    snap = snapshot("alpha", 1)
+    snap["devices"][0][field] = value
+    result = ingest_snapshot(snap)
+    assert result.outcome == REJECTED and field in result.reason
+    assert not Node.objects.exists()
+
+
+def test_a_gpu_that_vanished_fails_its_node_and_counts_as_lost_capacity():
+    first = snapshot("alpha", 8)
+    ingest_snapshot(first)
+    fewer = snapshot("alpha", 7, at=later(first))
+    assert ingest_snapshot(fewer).outcome == ACCEPTED
+    node = Node.objects.get(name="alpha")
+    assert node.health == "fail" and node.gpus_lost == 1 and node.gpu_count == 7
+    lost = node.findings.get(code="lost-capacity")
+    assert lost.status == "fail" and "1 GPU no longer reported" in lost.message and "GPU 7" in lost.message
+    assert FleetSummary().tiles["lost"] == 1
+
+
+def test_a_node_whose_detection_fails_keeps_its_last_gpus_as_lost():
+    first = snapshot("alpha", 8)
+    ingest_snapshot(first)
+    broken = snapshot("alpha", 0, at=later(first))
+    assert ingest_snapshot(broken).outcome == ACCEPTED
+    node = Node.objects.get(name="alpha")
+    assert node.gpus_lost == 8 and node.devices.count() == 8
+    assert "8 GPUs no longer reported" in node.findings.get(code="lost-capacity").message
+
+
+def test_a_returning_gpu_is_no_longer_lost():
+    first = snapshot("alpha", 8)
+    ingest_snapshot(first)
+    fewer = snapshot("alpha", 7, at=later(first))
+    ingest_snapshot(fewer)
+    again = snapshot("alpha", 8, at=later(fewer))
+    ingest_snapshot(again)
+    node = Node.objects.get(name="alpha")
+    assert node.gpus_lost == 0 and not node.findings.filter(code="lost-capacity").exists()
