@@ -148,10 +148,6 @@ class Snapshot(BaseModel):
             raise ValueError("devices listed although present is false")
         return self
 
-    @property
-    def worst_status(self) -> gpu.Status:
-        return gpu.Status.worst(f.status for f in self.findings)
-
 
 def parse_snapshot(data: Any) -> Snapshot:
     """Validate one snapshot as received from the broker (a JSON-decoded dict)."""

@@ -9,12 +9,14 @@ from functools import wraps
 from django.core.exceptions import PermissionDenied
 
 VIEW, EDIT_CLAIMS, DIAGNOSE, APPLY_FIX, MANAGE_USERS = "view", "edit_claims", "diagnose", "apply_fix", "manage_users"
+ACKNOWLEDGE_XID = "acknowledge_xid"
 
 _PERMISSION = {
     VIEW: "fleet.view_node",
     EDIT_CLAIMS: "claims.change_claim",
     DIAGNOSE: "fleet.diagnose_node",
     APPLY_FIX: "fleet.apply_fix",
+    ACKNOWLEDGE_XID: "fleet.acknowledge_xid",
     MANAGE_USERS: "auth.change_user",
 }
 

@@ -16,7 +16,7 @@ _READ = [
     "audit.view_auditentry",
 ]
 _OPERATE = ["claims.add_claim", "claims.change_claim", "claims.delete_claim", "fleet.diagnose_node"]
-_ADMINISTER = ["fleet.apply_fix", "auth.view_user", "auth.add_user", "auth.change_user", "auth.delete_user", "auth.view_group"]
+_ADMINISTER = ["fleet.apply_fix", "fleet.acknowledge_xid", "auth.view_user", "auth.add_user", "auth.change_user", "auth.delete_user", "auth.view_group"]
 
 ROLE_PERMISSIONS: dict[str, list[str]] = {
     VIEWER: _READ,

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
+from gpufleet.fleet.models import Device, DeviceSample, Finding, Node, XidAcknowledgement
 
 
 class DeviceInline(admin.TabularInline):
@@ -47,3 +47,10 @@ class DeviceSampleAdmin(admin.ModelAdmin):
     list_display = ["device", "collected_at", "vram_used_mib", "utilization_percent"]
     list_select_related = ["device__node"]
     date_hierarchy = "collected_at"
+
+
+@admin.register(XidAcknowledgement)
+class XidAcknowledgementAdmin(admin.ModelAdmin):
+    list_display = ["node", "device_uuid", "by", "at"]
+    search_fields = ["node__name", "device_uuid"]
+    list_select_related = ["node", "by"]

@@ -108,6 +108,7 @@ class Node(models.Model):
         permissions = [
             ("diagnose_node", "Can ask a node to diagnose itself now"),
             ("apply_fix", "Can apply a doctor fix on a node"),
+            ("acknowledge_xid", "Can acknowledge a GPU's Xid errors"),
         ]
 
     def __str__(self) -> str:
@@ -284,3 +285,20 @@ class DeviceSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.device} at {self.collected_at:%Y-%m-%d %H:%M:%S}"
+
+
+class XidAcknowledgement(models.Model):
+    """An admin's "seen it" for one GPU's Xid errors: the GPU's Xid finding stays
+    cleared until the kernel log shows an Xid newer than those acknowledged."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="xid_acknowledgements")
+    device_uuid = models.CharField(max_length=100)
+    xid_errors = models.JSONField(default=list)
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "device_uuid"], name="one_xid_ack_per_gpu")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name} {self.device_uuid} Xids acknowledged {self.at:%Y-%m-%d %H:%M}"

@@ -70,6 +70,7 @@ from gpufleet.gpu.xid import (
     XID_CATALOGUE,
     XidEvent,
     count_xids,
+    newer_xids,
     parse_kernel_log,
     xid_code,
 )
@@ -124,6 +125,7 @@ __all__ = [
     "attach_mode",
     "cdi_spec_mentions_gpu",
     "count_xids",
+    "newer_xids",
     "detect",
     "diagnose_host",
     "is_cdi_spec_name",

@@ -186,3 +186,19 @@ def read_kernel_log(runner: Runner, now: datetime) -> KernelLog:
     said = (result.error or result.stderr or result.stdout).strip()
     denied = "not permitted" in said.lower() or "permission denied" in said.lower()
     return KernelLog(error=said[:300] or f"dmesg exited with code {result.exit_code}", denied=denied)
+
+
+def newer_xids(current: Sequence[dict], acknowledged: Sequence[dict]) -> bool:
+    """Whether `current` (a GPU's xid_errors) holds an Xid that `acknowledged` did not:
+    a code not seen then, a later last_seen, or, without times, a higher count."""
+    seen = {entry["xid"]: entry for entry in acknowledged}
+    for entry in current:
+        before = seen.get(entry["xid"])
+        if before is None:
+            return True
+        if entry.get("last_seen") and before.get("last_seen"):
+            if entry["last_seen"] > before["last_seen"]:
+                return True
+        elif entry["count"] > before["count"]:
+            return True
+    return False

@@ -13,6 +13,7 @@ from django.utils import timezone
 from gpufleet import gpu
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
+from gpufleet.fleet.xids import apply_acknowledgements
 from gpufleet.jobs.models import JobStatus
 from gpufleet.jobs.services import report_progress
 from gpufleet.wire import Snapshot, SnapshotError, parse_snapshot
@@ -53,11 +54,11 @@ def ingest_snapshot(data, now=None) -> IngestResult:
             return IngestResult(STALE, node.name, "not newer than the stored snapshot")
         devices = _store_devices(node, snapshot, now)
         lost = list(node.devices.filter(vanished_at__isnull=False).order_by("index"))
-        _store_findings(node, snapshot, _lost_capacity_finding(lost))
+        findings = _central_findings(node, snapshot, devices, lost)
+        _store_findings(node, findings)
         _update_node(node, snapshot, devices, now)
+        node.health = gpu.Status.worst(f.status for f in findings)
         node.gpus_lost = len(lost)
-        if lost:
-            node.health = gpu.Status.FAIL
         node.gpus_reserved = _flag_claims(node, devices)
         node.save()
     return IngestResult(ACCEPTED, node.name)
@@ -95,9 +96,17 @@ def _store_devices(node: Node, snapshot: Snapshot, now) -> list[Device]:
     return seen
 
 
-def _store_findings(node: Node, snapshot: Snapshot, central: gpu.Finding | None) -> None:
+def _central_findings(node: Node, snapshot: Snapshot, devices: list[Device], lost: list[Device]) -> list[gpu.Finding]:
+    """The agent's findings as the centre keeps them: acknowledged Xids cleared,
+    lost GPUs added (only the centre remembers them)."""
+    reported = [gpu.Finding(f.code, f.name, f.status, f.message, f.fix) for f in snapshot.findings]
+    findings = apply_acknowledgements(node, reported, devices)
+    lost_finding = _lost_capacity_finding(lost)
+    return findings + [lost_finding] if lost_finding else findings
+
+
+def _store_findings(node: Node, findings: list[gpu.Finding]) -> None:
     node.findings.all().delete()
-    findings = [*snapshot.findings, *([central] if central else [])]
     Finding.objects.bulk_create(
         Finding(node=node, position=i, code=f.code, name=f.name, status=f.status, message=f.message, fix=f.fix)
         for i, f in enumerate(findings)
@@ -142,7 +151,6 @@ def _update_node(node: Node, snapshot: Snapshot, devices: list[Device], now) -> 
     node.last_seen = now
     node.collected_at = snapshot.collected_at
     node.offline = False
-    node.health = snapshot.worst_status
     node.present = snapshot.present
     node.driver_version = snapshot.driver_version
     node.runtime_installed = snapshot.runtime_installed

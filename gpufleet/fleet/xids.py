@@ -1,0 +1,70 @@
+"""Acknowledging a GPU's Xid errors: the admin has seen them, so the GPU's Xid
+finding is cleared until a newer Xid arrives (the agent keeps reporting the
+errors within its window, so the clearing has to be remembered centrally)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from django.db import transaction
+
+from gpufleet import gpu
+from gpufleet.audit.models import record
+from gpufleet.fleet.models import Device, Finding, Node, XidAcknowledgement
+
+
+def xid_finding_code(index: int) -> str:
+    return f"gpu{index}.xid"
+
+
+def cleared(finding: gpu.Finding, acknowledgement: XidAcknowledgement) -> gpu.Finding:
+    who = acknowledgement.by.get_username() if acknowledgement.by else "someone"
+    return replace(
+        finding,
+        status=gpu.Status.OK,
+        message=f"Acknowledged by {who} at {acknowledgement.at:%Y-%m-%d %H:%M} UTC: {finding.message}",
+        fix="",
+    )
+
+
+def apply_acknowledgements(node: Node, findings: list[gpu.Finding], devices: list[Device]) -> list[gpu.Finding]:
+    """`findings` with each acknowledged GPU's Xid finding cleared, unless a newer Xid came.
+    One query, and only when the snapshot has an Xid finding at all."""
+    by_code = {xid_finding_code(d.index): d for d in devices}
+    if not any(f.code in by_code for f in findings):
+        return findings
+    acks = {a.device_uuid: a for a in XidAcknowledgement.objects.filter(node=node).select_related("by")}
+    result = []
+    for finding in findings:
+        device = by_code.get(finding.code)
+        ack = acks.get(device.uuid) if device else None
+        if ack is not None and not gpu.newer_xids(device.xid_errors, ack.xid_errors):
+            finding = cleared(finding, ack)
+        result.append(finding)
+    return result
+
+
+class NothingToAcknowledge(Exception):
+    pass
+
+
+def acknowledge_xids(node: Node, index: int, user) -> Finding:
+    """Clear GPU `index`'s Xid finding now and until a newer Xid; audited."""
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        device = locked.devices.filter(index=index, vanished_at__isnull=True).first()
+        row = locked.findings.filter(code=xid_finding_code(index)).first()
+        if device is None or row is None or not device.xid_errors or row.status == gpu.Status.OK:
+            raise NothingToAcknowledge(f"GPU {index} of {locked.name} has no Xid errors to acknowledge")
+        ack, _ = XidAcknowledgement.objects.update_or_create(
+            node=locked, device_uuid=device.uuid, defaults={"xid_errors": device.xid_errors, "by": user}
+        )
+        finding = cleared(row.as_gpu_finding(), ack)
+        row.status, row.message, row.fix = finding.status, finding.message, finding.fix
+        row.save(update_fields=["status", "message", "fix"])
+        locked.health = gpu.Status.worst(locked.findings.values_list("status", flat=True))
+        locked.save(update_fields=["health"])
+        record(user, "xid.acknowledge", node=locked, target=f"GPU {index} ({device.uuid})",
+               after={"xid_errors": device.xid_errors})
+    return row
+
