@@ -121,13 +121,17 @@ class Ledger:
         self.claims = tuple(claims)
 
     def resolve(self, device_id: str) -> Device | None:
-        """The device an id names: its index ("3") or its UUID (any case), trimmed."""
+        """The device an id names: its index ("3"), its UUID or the UUID of one of its
+        MIG slices (any case), trimmed. A slice resolves to its GPU: the ledger books
+        whole GPUs, so a claim on a slice holds the GPU it is cut from."""
         wanted = device_id.strip()
         for device in self.info.devices:
             if wanted.isascii() and wanted.isdigit():
                 if device.index == int(wanted):
                     return device
             elif device.uuid.lower() == wanted.lower():
+                return device
+            elif any(mig.uuid.lower() == wanted.lower() for mig in device.mig_devices):
                 return device
         return None
 

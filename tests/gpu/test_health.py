@@ -298,3 +298,21 @@ def test_every_catalogued_xid_has_a_description_and_an_action_and_application_er
     assert {c for c, e in gpu.XID_CATALOGUE.items() if not e.fails} >= {13, 31, 43, 45}
     assert {c for c, e in gpu.XID_CATALOGUE.items() if e.fails} >= {48, 63, 64, 74, 79, 92, 94, 95, 119, 120}
     assert not gpu.xid_code(99999).fails and "99999" in gpu.xid_code(99999).description
+
+
+def test_a_mig_uuid_is_a_claim_device_id_that_holds_its_gpu():
+    runner = host(smi=recording("smi-2x-a100-mig.csv"))
+    runner.results[tuple(SMI_LIST_ARGV)] = ok(SMI_LIST_ARGV, recording("smi-list-a100-mig.txt"))
+    info = detect(runner, DOCKER)
+    slice_claim = gpu.Claim(name="infer", device_ids=("MIG-2F1C0A9E-8B7D-5C6E-A4F3-B2E1D0C9F8A7",))
+    ledger = gpu.Ledger(info, [slice_claim])
+    assert gpu.Ledger(info, []).fit(slice_claim) is None
+    assert ledger.holder_of(0) == "infer" and ledger.free == 1
+    taken = gpu.Ledger(info, [slice_claim]).fit(gpu.Claim(name="train", device_ids=("0",)))
+    assert isinstance(taken, gpu.DeviceTaken)
+    assert isinstance(gpu.Ledger(info, []).fit(gpu.Claim(name="x", device_ids=("MIG-unknown",))), gpu.UnknownDevice)
+
+
+def test_cdi_names_of_mig_slices_count_as_gpu_attach():
+    info = detect(host(smi=recording("smi-2x-a100-mig.csv")), DockerInfo(cdi_devices=("nvidia.com/gpu=0:1",)))
+    assert info.cdi_devices == ("nvidia.com/gpu=0:1",) and info.usable
