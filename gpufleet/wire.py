@@ -10,6 +10,7 @@ values are rejected with a reason, never half-stored.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -36,8 +37,23 @@ def agent_queue(node: str) -> str:
     return f"node.{node}"
 
 _Strict = ConfigDict(extra="forbid", strict=True, frozen=True)
-_Text = Annotated[str, Field(max_length=4000)]
+# No NUL or other control characters reach the database or the pages; messages
+# may keep tabs and newlines.
+_NO_CONTROL = r"^[^\x00-\x08\x0b-\x1f\x7f]*$"
+_ONE_LINE = r"^[^\x00-\x1f\x7f]*$"
+# The longest texts and lists a snapshot may carry. The agent cuts what it sends
+# to these (fit_snapshot), so the site never has to reject a real host's snapshot.
+TEXT_MAX, LINE_MAX, CODE_MAX = 4000, 200, 64
+CDI_SPEC_FILES_MAX, CDI_SPEC_PATH_MAX, CDI_DEVICES_MAX = 256, 4096, 4096
+DEVICES_MAX, FINDINGS_MAX = 1024, 2048
+_Text = Annotated[str, Field(max_length=TEXT_MAX, pattern=_NO_CONTROL)]
+_Line = Annotated[str, Field(max_length=LINE_MAX, pattern=_ONE_LINE)]
+_Code = Annotated[str, Field(min_length=1, max_length=CODE_MAX, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
 _Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+# Within 64 bits with room to add them up.
+_MiB = Annotated[int, Field(ge=0, le=2**52)]
+# Older than this a collected_at is junk (a BC date once took every page down).
+OLDEST_SNAPSHOT = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 class SnapshotError(ValueError):
@@ -51,8 +67,8 @@ _Watts = Annotated[float, Field(ge=0, le=100_000, allow_inf_nan=False)]
 
 class MigDeviceIn(BaseModel):
     model_config = _Strict
-    uuid: Annotated[str, Field(min_length=1, max_length=100)]
-    profile: Annotated[str, Field(max_length=32)]
+    uuid: Annotated[str, Field(min_length=1, max_length=100, pattern=_ONE_LINE)]
+    profile: Annotated[str, Field(max_length=32, pattern=_ONE_LINE)]
     device: Annotated[int, Field(ge=0, le=1023)]
 
 
@@ -60,25 +76,25 @@ class XidCountIn(BaseModel):
     model_config = _Strict
     xid: Annotated[int, Field(ge=0, le=100_000)]
     count: _Count
-    last_seen: Annotated[str, Field(max_length=40)] | None
-    description: Annotated[str, Field(max_length=200)]
+    last_seen: Annotated[str, Field(max_length=40, pattern=_ONE_LINE)] | None
+    description: _Line
 
 
 class DeviceIn(BaseModel):
     model_config = _Strict
     index: Annotated[int, Field(ge=0, le=1023)]
-    uuid: Annotated[str, Field(min_length=1, max_length=100)]
-    name: Annotated[str, Field(max_length=200)]
-    vram_total_mib: Annotated[int, Field(ge=0)] | None
-    vram_used_mib: Annotated[int, Field(ge=0)] | None
+    uuid: Annotated[str, Field(min_length=1, max_length=100, pattern=_ONE_LINE)]
+    name: _Line
+    vram_total_mib: _MiB | None
+    vram_used_mib: _MiB | None
     utilization_percent: Annotated[int, Field(ge=0, le=100)] | None
-    pci_bus_id: Annotated[str, Field(max_length=32)] | None = None
+    pci_bus_id: Annotated[str, Field(max_length=32, pattern=_ONE_LINE)] | None = None
     temperature_c: _Reading | None = None
     memory_temperature_c: _Reading | None = None
     power_draw_w: _Watts | None = None
     power_limit_w: _Watts | None = None
     fan_percent: Annotated[int, Field(ge=0, le=100)] | None = None
-    pstate: Annotated[str, Field(max_length=8)] | None = None
+    pstate: Annotated[str, Field(max_length=8, pattern=_ONE_LINE)] | None = None
     sm_clock_mhz: _Reading | None = None
     sm_clock_max_mhz: _Reading | None = None
     persistence_mode: bool | None = None
@@ -99,8 +115,8 @@ class DeviceIn(BaseModel):
 
 class FindingIn(BaseModel):
     model_config = _Strict
-    code: Annotated[str, Field(min_length=1, max_length=64)]
-    name: Annotated[str, Field(max_length=200)]
+    code: _Code
+    name: _Line
     status: Literal["ok", "warn", "fail"]
     message: _Text
     fix: _Text = ""
@@ -112,15 +128,17 @@ class Snapshot(BaseModel):
     node: _Name
     collected_at: datetime
     present: bool
-    driver_version: Annotated[str, Field(max_length=64)]
-    devices: Annotated[list[DeviceIn], Field(max_length=1024)]
+    driver_version: Annotated[str, Field(max_length=64, pattern=_ONE_LINE)]
+    devices: Annotated[list[DeviceIn], Field(max_length=DEVICES_MAX)]
     runtime_installed: bool
-    toolkit_version: Annotated[str, Field(max_length=200)]
-    cdi_spec_files: Annotated[list[Annotated[str, Field(max_length=4096)]], Field(max_length=256)]
-    cdi_devices: Annotated[list[Annotated[str, Field(max_length=200)]], Field(max_length=4096)]
+    toolkit_version: _Line
+    cdi_spec_files: Annotated[
+        list[Annotated[str, Field(max_length=CDI_SPEC_PATH_MAX, pattern=_ONE_LINE)]], Field(max_length=CDI_SPEC_FILES_MAX)
+    ]
+    cdi_devices: Annotated[list[_Line], Field(max_length=CDI_DEVICES_MAX)]
     attach: Literal["cdi", "legacy", "none"]
-    findings: Annotated[list[FindingIn], Field(min_length=1, max_length=2048)]
-    fixes_allowed: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=64)] = []
+    findings: Annotated[list[FindingIn], Field(min_length=1, max_length=FINDINGS_MAX)]
+    fixes_allowed: Annotated[list[_Code], Field(max_length=64)] = []
 
     @field_validator("collected_at", mode="before")
     @classmethod
@@ -131,6 +149,12 @@ class Snapshot(BaseModel):
         parsed = datetime.fromisoformat(value)
         if parsed.tzinfo is None:
             raise ValueError("collected_at must carry a time zone")
+        try:
+            parsed = parsed.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("collected_at is out of range") from None
+        if parsed < OLDEST_SNAPSHOT:
+            raise ValueError(f"collected_at {value[:40]!r} is before {OLDEST_SNAPSHOT:%Y}")
         return parsed
 
     @model_validator(mode="after")
@@ -172,11 +196,67 @@ def build_snapshot(
     fixes_allowed: list[str] | tuple[str, ...] = (),
     collected_at: datetime | None = None,
 ) -> dict:
-    """The JSON-ready snapshot of one collection on this host."""
+    """The JSON-ready snapshot of one collection on this host, cut to the schema's limits."""
     collected_at = collected_at or datetime.now(UTC)
-    return {
-        "schema_version": SNAPSHOT_SCHEMA_VERSION,
-        **diagnosis.to_dict(node),
-        "collected_at": collected_at.isoformat(),
-        "fixes_allowed": list(fixes_allowed),
-    }
+    return fit_snapshot(
+        {
+            "schema_version": SNAPSHOT_SCHEMA_VERSION,
+            **diagnosis.to_dict(node),
+            "collected_at": collected_at.isoformat(),
+            "fixes_allowed": list(fixes_allowed),
+        }
+    )
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_LINE_BREAKS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _text(value: str, limit: int, one_line: bool = False) -> str:
+    value = (_LINE_BREAKS if one_line else _CONTROL).sub(" ", value)
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def fit_snapshot(data: dict) -> dict:
+    """Cut `data` to what the site accepts: control characters become spaces, long
+    texts and lists are clipped, and a "snapshot-clipped" finding says what was cut.
+    A real host can print more than any limit (129 MIG CDI names, 80 spec files)."""
+    cuts: list[str] = []
+
+    def clip_list(key: str, items: list, limit: int, what: str) -> list:
+        if len(items) > limit:
+            cuts.append(f"{len(items)} {what}, kept {limit}")
+            return items[:limit]
+        return items
+
+    data["driver_version"] = _text(data["driver_version"], 64, one_line=True)
+    data["toolkit_version"] = _text(data["toolkit_version"], LINE_MAX, one_line=True)
+    data["cdi_spec_files"] = [
+        _text(p, CDI_SPEC_PATH_MAX, one_line=True)
+        for p in clip_list("cdi_spec_files", data["cdi_spec_files"], CDI_SPEC_FILES_MAX, "CDI spec files")
+    ]
+    data["cdi_devices"] = [
+        _text(d, LINE_MAX, one_line=True)
+        for d in clip_list("cdi_devices", data["cdi_devices"], CDI_DEVICES_MAX, "CDI devices")
+    ]
+    data["devices"] = clip_list("devices", data["devices"], DEVICES_MAX, "GPUs")
+    for device in data["devices"]:
+        device["name"] = _text(device["name"], LINE_MAX, one_line=True)
+        device["mig_devices"] = clip_list("mig_devices", device.get("mig_devices", []), 64, "MIG slices")
+        device["xid_errors"] = clip_list("xid_errors", device.get("xid_errors", []), 64, "Xid codes")
+    findings = clip_list("findings", data["findings"], FINDINGS_MAX - 1, "findings")
+    for finding in findings:
+        for key, limit in (("name", LINE_MAX), ("message", TEXT_MAX), ("fix", TEXT_MAX)):
+            if key in finding:
+                finding[key] = _text(finding[key], limit, one_line=key == "name")
+    if cuts:
+        findings.append(
+            {
+                "code": "snapshot-clipped",
+                "name": "Snapshot size",
+                "status": "warn",
+                "message": _text("The agent cut this snapshot to the site's limits: " + "; ".join(cuts), TEXT_MAX),
+            }
+        )
+    data["findings"] = findings
+    return data

@@ -129,9 +129,7 @@ class Ledger:
             if wanted.isascii() and wanted.isdigit():
                 if device.index == int(wanted):
                     return device
-            elif device.uuid.lower() == wanted.lower():
-                return device
-            elif any(mig.uuid.lower() == wanted.lower() for mig in device.mig_devices):
+            elif wanted.lower() in (device.uuid.lower(), *(m.uuid.lower() for m in device.mig_devices)):
                 return device
         return None
 

@@ -44,8 +44,11 @@ def ingest_snapshot(data, now=None) -> IngestResult:
             raise SnapshotError(f"collected_at {snapshot.collected_at.isoformat()} is in the future (agent clock?)")
     except SnapshotError as exc:
         name = data.get("node", "") if isinstance(data, dict) else ""
-        log.warning("rejected snapshot from node %r: %s", name, exc)
-        return IngestResult(REJECTED, str(name), str(exc))
+        name = name[:200] if isinstance(name, str) else ""
+        reason = str(exc)[:_REASON_MAX]  # bounded: the input is the attacker's
+        log.warning("rejected snapshot from node %r: %s", name, reason)
+        _show_rejection(name, reason, now)
+        return IngestResult(REJECTED, name, reason)
 
     with transaction.atomic():
         node = _locked_node(snapshot.node, now)
@@ -62,6 +65,31 @@ def ingest_snapshot(data, now=None) -> IngestResult:
         node.gpus_reserved = _flag_claims(node, devices)
         node.save()
     return IngestResult(ACCEPTED, node.name)
+
+
+_REASON_MAX = 1000
+
+
+def _show_rejection(name: str, reason: str, now) -> None:
+    """A known node whose snapshot was rejected fails with the reason on its page,
+    instead of silently going offline; its next good snapshot replaces the finding."""
+    with transaction.atomic():
+        node = Node.objects.select_for_update().filter(name=name).first()
+        if node is None:
+            return  # an unknown name is no node's business
+        Finding.objects.update_or_create(
+            node=node,
+            code="rejected-snapshot",
+            defaults={
+                "position": 0,
+                "name": "Rejected snapshot",
+                "status": gpu.Status.FAIL,
+                "message": f"The site rejected this node's snapshot at {now:%Y-%m-%d %H:%M:%S} UTC: {reason}",
+                "fix": "Upgrade the agent to the site's version; if it is current, report the reason as a bug.",
+            },
+        )
+        node.health = gpu.Status.FAIL
+        node.save(update_fields=["health"])
 
 
 def _locked_node(name: str, now) -> Node:
