@@ -396,8 +396,11 @@ def detect(runner: Runner, docker_info: DockerInfo, query: SmiQuery | None = Non
     result = _run_query(runner, query)
     if result.error:
         return absent(command_failure(result))
+    stdout = result.stdout
+    if result.truncated:
+        stdout = stdout.rsplit("\n", 1)[0]  # the cut may fall inside a row
     try:
-        driver, devices = parse_smi(result.stdout, query.fields)
+        driver, devices = parse_smi(stdout, query.fields)
     except SmiParseError as exc:
         if result.exit_code != 0:
             return absent(command_failure(result))
@@ -418,7 +421,7 @@ def detect(runner: Runner, docker_info: DockerInfo, query: SmiQuery | None = Non
         cdi_devices=cdi_devices,
         lost_gpus=lost,
         # Readable rows despite a non-zero exit: keep the GPUs, say why it complained.
-        smi_notice=command_failure(result) if result.exit_code != 0 else "",
+        smi_notice=_notice(result),
     )
 
 
@@ -437,6 +440,15 @@ def _run_query(runner: Runner, query: SmiQuery) -> CommandResult:
         break
     query.reference_only = True
     return runner.run(query.argv(), timeout=COMMAND_TIMEOUT_S)
+
+
+def _notice(result: CommandResult) -> str:
+    said = []
+    if result.exit_code != 0:
+        said.append(command_failure(result))
+    if result.truncated:
+        said.append("nvidia-smi printed more than 1 MiB; the rest was ignored")
+    return "; ".join(said)
 
 
 # nvidia-smi's exit code for "a supplied argument or flag is invalid".

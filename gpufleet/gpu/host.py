@@ -12,6 +12,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -29,6 +30,8 @@ class CommandResult:
     stdout: str = ""
     stderr: str = ""
     error: str = ""
+    # The command printed more than OUTPUT_LIMIT on a stream; the rest was thrown away.
+    truncated: bool = False
 
     @property
     def ok(self) -> bool:
@@ -66,6 +69,31 @@ def _shorten(text: str, limit: int = _REASON_MAX) -> str:
 
 def _decode(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", errors="replace")
+
+
+# What one command may print per stream before the rest is thrown away unread
+# into memory (a 200 MB nvidia-smi flood once cost the agent 700 MB).
+OUTPUT_LIMIT = 1024 * 1024
+
+
+class _CappedReader(threading.Thread):
+    """Reads a pipe to its end, keeping the first `limit` bytes."""
+
+    def __init__(self, pipe, limit: int = OUTPUT_LIMIT):
+        super().__init__(daemon=True)
+        self.pipe, self.limit = pipe, limit
+        self.kept = bytearray()
+        self.truncated = False
+
+    def run(self) -> None:
+        try:
+            while chunk := self.pipe.read1(65536):
+                room = self.limit - len(self.kept)
+                if len(chunk) > room:
+                    self.truncated = True
+                self.kept += chunk[: max(room, 0)]
+        except (OSError, ValueError):
+            pass  # the pipe was closed under us after a kill
 
 
 class SubprocessRunner:
@@ -118,45 +146,45 @@ class SubprocessRunner:
                 error=f"{name} could not be run: {exc.strerror or exc}",
             )
 
+        readers = [_CappedReader(proc.stdout), _CappedReader(proc.stderr)]
+        for reader in readers:
+            reader.start()
         try:
-            out, err = proc.communicate(timeout=timeout)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            out, err = self._kill(proc)
-            return CommandResult(
-                argv=args,
-                exit_code=None,
-                stdout=_decode(out),
-                stderr=_decode(err),
-                error=f"{name} timed out after {timeout:g} s",
-            )
+            self._kill(proc, readers)
+            return self._result(args, None, readers, error=f"{name} timed out after {timeout:g} s")
         except BaseException:
-            self._kill(proc)
+            self._kill(proc, readers)
             raise
+        for reader in readers:
+            reader.join()
+        return self._result(args, proc.returncode, readers)
+
+    @staticmethod
+    def _result(args, exit_code, readers, error: str = "") -> CommandResult:
+        out, err = readers
         return CommandResult(
             argv=args,
-            exit_code=proc.returncode,
-            stdout=_decode(out),
-            stderr=_decode(err),
+            exit_code=exit_code,
+            stdout=_decode(bytes(out.kept)),
+            stderr=_decode(bytes(err.kept)),
+            error=error,
+            truncated=out.truncated or err.truncated,
         )
 
     @staticmethod
-    def _kill(proc: subprocess.Popen) -> tuple[bytes, bytes]:
-        """Kill the command's whole process group; return what output it left."""
+    def _kill(proc: subprocess.Popen, readers) -> None:
+        """Kill the command's whole process group and let the readers finish."""
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass  # already gone
-        try:
-            out, err = proc.communicate(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            # Something outside the group still holds the pipes: stop reading.
-            for pipe in (proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
-            proc.kill()
-            proc.wait()
-            out, err = b"", b""
-        return out or b"", err or b""
+        proc.wait()
+        # Something outside the group may still hold the pipes: then stop waiting
+        # and keep what was read (the daemon readers end when the pipes do).
+        for reader in readers:
+            reader.join(timeout=2.0)
 
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
+import tracemalloc
 import time
 from pathlib import Path
 
 import pytest
 
-from gpufleet.gpu.host import CommandResult, SubprocessRunner
+from gpufleet.gpu.host import OUTPUT_LIMIT, CommandResult, SubprocessRunner
 from tests.fakes.recorded import BIN_DIR, data_path
 
 QUERY = [
@@ -180,3 +182,16 @@ def test_missing_interpreter_is_not_called_missing_binary(tmp_path, monkeypatch)
     result = SubprocessRunner().run(["nvidia-smi"])
     assert result.exit_code is None
     assert result.error == "nvidia-smi could not be run: its interpreter was not found"
+
+
+def test_it_keeps_the_first_mebibyte_of_a_flood_without_holding_the_rest():
+
+
+    flood = [sys.executable, "-c", "import sys\nfor _ in range(200): sys.stdout.write('0, ' * 350_000)"]
+    tracemalloc.start()
+    result = SubprocessRunner().run(flood, timeout=60)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert result.exit_code == 0 and result.truncated
+    assert len(result.stdout) == OUTPUT_LIMIT
+    assert peak < 8 * OUTPUT_LIMIT  # 200 MiB went by; a few MiB were ever held
