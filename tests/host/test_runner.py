@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-import tracemalloc
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
