@@ -23,6 +23,7 @@ _FIELD_FOR_CODE = {
     "duplicate_device": DEVICES,
     "device_taken": DEVICES,
     "name_taken": "name",
+    "invalid": "name",  # only a bad claim name reaches the form with this code
     "no_gpu": None,
     "runtime_missing": None,
     "stale": None,

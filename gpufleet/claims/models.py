@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Lower
 
 from gpufleet import gpu
 
@@ -27,7 +28,8 @@ class Claim(models.Model):
 
     class Meta:
         ordering = ["node", "name"]
-        constraints = [models.UniqueConstraint(fields=["node", "name"], name="claim_unique_name_per_node")]
+        # "TRAIN" and "train" are one workload to the people reading the ledger.
+        constraints = [models.UniqueConstraint("node", Lower("name"), name="claim_unique_name_per_node_any_case")]
 
     def __str__(self) -> str:
         return f"{self.name} on {self.node.name}: {self.describe()}"

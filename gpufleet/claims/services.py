@@ -8,6 +8,7 @@ people, so the editor and the API report the same reasons the same way."""
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
@@ -43,6 +44,13 @@ class NameTaken(ClaimError):
     def __init__(self, name: str, node_name: str):
         super().__init__(f"node {node_name} already has a claim named {name!r}")
         self.name = name
+
+
+class BadName(ClaimError):
+    code = "invalid"
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"the claim name {problem}")
 
 
 class StaleClaim(ClaimError):
@@ -91,9 +99,17 @@ def check_claim(node: Node, proposed: gpu.Claim, editing: Claim | None = None) -
     return node.ledger(excluding=editing).fit(proposed)
 
 
-def check_name(node: Node, name: str, editing: Claim | None = None) -> NameTaken | None:
-    """Is `name` free on the node (the claim being edited may keep its own)?"""
-    others = node.claims.filter(name=name)
+# Characters that make a name read differently from what it is: controls, and the
+# bidirectional overrides and isolates that can make "train" display as "niart".
+_BIDI_CONTROLS = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def check_name(node: Node, name: str, editing: Claim | None = None) -> ClaimError | None:
+    """Is `name` a readable name, free on the node ignoring case (the claim being
+    edited may keep its own)?"""
+    if any(unicodedata.category(c) == "Cc" or c in _BIDI_CONTROLS for c in name):
+        return BadName("may not hold control or text-direction characters")
+    others = node.claims.filter(name__iexact=name)
     if editing is not None and editing.pk:
         others = others.exclude(pk=editing.pk)
     return NameTaken(name, node.name) if others.exists() else None

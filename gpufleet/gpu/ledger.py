@@ -202,6 +202,17 @@ class Ledger:
             return Insufficient(need, self.free, self.total)
         return None
 
+    def overlaps(self) -> list[tuple[Claim, FitError]]:
+        """Claims that no longer fit beside the ones before them (in the given order,
+        oldest first): two claims holding one GPU, or more GPUs held than the node has.
+        It happens when a vanished GPU returns to an "all GPUs" claim and a pinned one."""
+        found = []
+        for position, claim in enumerate(self.claims):
+            error = Ledger(self.info, self.claims[:position]).fit(claim)
+            if isinstance(error, (DeviceTaken, Insufficient)):
+                found.append((claim, error))
+        return found
+
     def _pinned(self, claim: Claim) -> set[int]:
         """Indexes of the GPUs a claim pins; ids no longer on the node pin nothing."""
         indexes = set()

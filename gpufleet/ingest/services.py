@@ -57,12 +57,13 @@ def ingest_snapshot(data, now=None) -> IngestResult:
             return IngestResult(STALE, node.name, "not newer than the stored snapshot")
         devices = _store_devices(node, snapshot, now)
         lost = list(node.devices.filter(vanished_at__isnull=False).order_by("index"))
-        findings = _central_findings(node, snapshot, devices, lost)
+        ledger = _flag_claims(node, devices)
+        findings = _central_findings(node, snapshot, devices, lost, ledger)
         _store_findings(node, findings)
         _update_node(node, snapshot, devices, now)
         node.health = gpu.Status.worst(f.status for f in findings)
         node.gpus_lost = len(lost)
-        node.gpus_reserved = _flag_claims(node, devices)
+        node.gpus_reserved = ledger.reserved
         node.save()
     return IngestResult(ACCEPTED, node.name)
 
@@ -124,13 +125,29 @@ def _store_devices(node: Node, snapshot: Snapshot, now) -> list[Device]:
     return seen
 
 
-def _central_findings(node: Node, snapshot: Snapshot, devices: list[Device], lost: list[Device]) -> list[gpu.Finding]:
-    """The agent's findings as the centre keeps them: acknowledged Xids cleared,
-    lost GPUs added (only the centre remembers them)."""
+def _central_findings(
+    node: Node, snapshot: Snapshot, devices: list[Device], lost: list[Device], ledger: gpu.Ledger
+) -> list[gpu.Finding]:
+    """The agent's findings as the centre keeps them: acknowledged Xids cleared, and
+    what only the centre knows added: lost GPUs and overlapping claims."""
     reported = [gpu.Finding(f.code, f.name, f.status, f.message, f.fix) for f in snapshot.findings]
     findings = apply_acknowledgements(node, reported, devices)
-    lost_finding = _lost_capacity_finding(lost)
-    return findings + [lost_finding] if lost_finding else findings
+    central = [_lost_capacity_finding(lost), _overlap_finding(ledger)]
+    return findings + [f for f in central if f is not None]
+
+
+def _overlap_finding(ledger: gpu.Ledger) -> gpu.Finding | None:
+    overlaps = ledger.overlaps()
+    if not overlaps:
+        return None
+    said = "; ".join(f"{claim.name!r}: {error}" for claim, error in overlaps[:10])
+    return gpu.Finding(
+        "claims-overlap",
+        "Overlapping claims",
+        gpu.Status.FAIL,
+        f"Claims on this node no longer fit together: {said}",
+        "Edit or delete one of the claims named; the ledger checks the rest when you save.",
+    )
 
 
 def _store_findings(node: Node, findings: list[gpu.Finding]) -> None:
@@ -159,9 +176,9 @@ def _lost_capacity_finding(lost: list[Device]) -> gpu.Finding | None:
     )
 
 
-def _flag_claims(node: Node, devices: list[Device]) -> int:
-    """Mark claims that name devices the node no longer has; return GPUs reserved."""
-    claims = list(node.claims.all())
+def _flag_claims(node: Node, devices: list[Device]) -> gpu.Ledger:
+    """Mark claims that name devices the node no longer has; return the node's ledger."""
+    claims = list(node.claims.order_by("created_at", "pk"))
     ledger = node.ledger(devices=devices, claims=claims)
     changed = []
     for claim in claims:
@@ -171,7 +188,7 @@ def _flag_claims(node: Node, devices: list[Device]) -> int:
             changed.append(claim)
     if changed:
         Claim.objects.bulk_update(changed, ["missing_devices"])
-    return ledger.reserved
+    return ledger
 
 
 def _update_node(node: Node, snapshot: Snapshot, devices: list[Device], now) -> None:

@@ -10,7 +10,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from gpufleet import gpu
 from gpufleet.claims.models import Claim
+from gpufleet.claims.services import save_claim
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
 from gpufleet.fleet.summary import FleetSummary
 from gpufleet.ingest.services import ACCEPTED, REJECTED, STALE, ingest_snapshot
@@ -246,3 +248,19 @@ def test_a_returning_gpu_is_no_longer_lost():
     ingest_snapshot(again)
     node = Node.objects.get(name="alpha")
     assert node.gpus_lost == 0 and not node.findings.filter(code="lost-capacity").exists()
+
+
+def test_claims_that_overlap_when_a_vanished_gpu_returns_become_a_finding(admin_user):
+    first = snapshot("alpha", 2)
+    ingest_snapshot(first)
+    node = Node.objects.get(name="alpha")
+    gpu1 = node.devices.get(index=1).uuid
+    save_claim(node, gpu.Claim(name="pinned", device_ids=(gpu1,)), admin_user)
+    gone = snapshot("alpha", 1, at=later(first))
+    ingest_snapshot(gone)
+    save_claim(Node.objects.get(name="alpha"), gpu.Claim(name="everything", count=0), admin_user)  # fits 1 GPU
+    back = snapshot("alpha", 2, at=later(gone))
+    ingest_snapshot(back)
+    node = Node.objects.get(name="alpha")
+    overlap = node.findings.get(code="claims-overlap")
+    assert node.health == "fail" and "'everything'" in overlap.message and "'pinned'" not in overlap.message

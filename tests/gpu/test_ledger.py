@@ -293,3 +293,12 @@ def test_editing_a_claim_validates_it_against_the_others_only():
     assert isinstance(
         Ledger(node(), others).fit(Claim("train", device_ids=("0", "2"))), DeviceTaken
     )
+
+
+def test_overlaps_names_each_claim_that_no_longer_fits_beside_the_older_ones():
+    info = Info(present=True, driver_version="1", runtime_installed=True,
+                devices=tuple(Device(i, f"GPU-{i}", "T4", 1, 0, 0) for i in range(2)))
+    pinned, everything, two = Claim("pinned", device_ids=("1",)), Claim("everything", count=0), Claim("two", count=2)
+    overlaps = Ledger(info, [pinned, everything, two]).overlaps()
+    assert [(c.name, e.code) for c, e in overlaps] == [("everything", "insufficient"), ("two", "insufficient")]
+    assert Ledger(info, [pinned, Claim("one", count=1)]).overlaps() == []
