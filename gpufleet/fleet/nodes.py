@@ -4,8 +4,9 @@ charts from one sample query, and its findings worst first."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db.models import prefetch_related_objects
@@ -23,6 +24,9 @@ class DeviceRow:
     holder: str | None
     chart: charts.Chart
     stale: bool  # vanished, or its node stopped reporting: last known values, not live
+    # This GPU's findings by aspect ("ecc", "thermal", "power", "xid"): the doctor's
+    # verdict colours the cells, so the page and the findings never disagree.
+    health: dict[str, Finding] = field(default_factory=dict)
 
 
 def load_for_page(node: Node) -> None:
@@ -30,6 +34,10 @@ def load_for_page(node: Node) -> None:
     the device table, the ledger and the claims panel all use these."""
     prefetch_related_objects([node], "devices", "claims")
     node.current_devices_cache = sorted((d for d in node.devices.all() if not d.vanished), key=lambda d: d.index)
+
+
+# "gpu3.ecc": the finding about one aspect of GPU 3 (plain "gpu3" is its memory).
+_GPU_ASPECT = re.compile(r"gpu([0-9]+)\.([a-z]+)")
 
 
 def device_rows(node: Node, ledger: gpu.Ledger, now: datetime) -> list[DeviceRow]:
@@ -42,6 +50,12 @@ def device_rows(node: Node, ledger: gpu.Ledger, now: datetime) -> list[DeviceRow
     )
     for device_id, at, vram, util in rows:
         samples[device_id].append(charts.Sample(at, vram, util))
+    by_gpu: dict[int, dict[str, Finding]] = defaultdict(dict)
+    # The page has read the findings already (findings_worst_first); reuse them.
+    findings = getattr(node, "findings_cache", None)
+    for finding in findings if findings is not None else node.findings.all():
+        if match := _GPU_ASPECT.fullmatch(finding.code):
+            by_gpu[int(match.group(1))][match.group(2)] = finding
     return [
         DeviceRow(
             device=d,
@@ -49,6 +63,7 @@ def device_rows(node: Node, ledger: gpu.Ledger, now: datetime) -> list[DeviceRow
             holder=None if d.vanished else ledger.holder_of(d.index),
             chart=charts.gpu_chart(samples.get(d.pk, ()), d.vram_total_mib, now, HISTORY_HOURS),
             stale=d.vanished or node.offline,
+            health={} if d.vanished else by_gpu.get(d.index, {}),
         )
         for d in devices
     ]
@@ -60,4 +75,5 @@ def findings_worst_first(node: Node) -> list[Finding]:
     findings = sorted(node.findings.all(), key=lambda f: (-f.health.rank, f.position))
     for finding in findings:
         finding.remote_fix = finding.code in node.fixes_allowed and (bool(finding.fix) or finding.health != FindingStatus.OK)
+    node.findings_cache = findings
     return findings

@@ -11,7 +11,7 @@ from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import URLResolver, get_resolver, reverse
 
-from gpufleet.core.access import APPLY_FIX, DIAGNOSE, EDIT_CLAIMS, VIEW
+from gpufleet.core.access import ACKNOWLEDGE_XID, APPLY_FIX, DIAGNOSE, EDIT_CLAIMS, VIEW
 from gpufleet.jobs.models import Job, JobKind
 from tests.claims.helpers import claim
 from tests.factories import ingest
@@ -24,6 +24,7 @@ REQUIRED = {
     "fleet:node_detail": (VIEW, "get"),
     "fleet:node_findings": (VIEW, "get"),
     "fleet:node_report": (VIEW, "get"),
+    "fleet:acknowledge_xid": (ACKNOWLEDGE_XID, "post"),
     "jobs:diagnose": (DIAGNOSE, "post"),
     "jobs:fix": (APPLY_FIX, "get"),
     "jobs:status": (VIEW, "get"),
@@ -49,7 +50,7 @@ ROLES = {
     None: set(),
     "viewer": {VIEW},
     "operator": {VIEW, EDIT_CLAIMS, DIAGNOSE},
-    "admin": {VIEW, EDIT_CLAIMS, DIAGNOSE, APPLY_FIX},
+    "admin": {VIEW, EDIT_CLAIMS, DIAGNOSE, APPLY_FIX, ACKNOWLEDGE_XID},
 }
 
 
@@ -74,6 +75,8 @@ def _url(name: str, objects: dict) -> str:
         kwargs["name"] = objects["name"]
     if "fmt" in route:
         kwargs["fmt"] = "json"
+    if "index" in route:
+        kwargs["index"] = 0
     if "code" in route:
         kwargs["code"] = "cdi"
     if "pk" in route:

@@ -1,0 +1,75 @@
+"""The node page's GPU health: temperature, power, ECC, Xid, MIG slices, and the
+admin's acknowledge button for Xid errors."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from gpufleet.audit.models import AuditEntry
+from gpufleet.fleet.models import Node
+from gpufleet.ingest.services import ingest_snapshot
+from tests.factories import snapshot
+
+pytestmark = pytest.mark.django_db
+
+XID = {"xid": 79, "count": 1, "last_seen": "2026-12-03T15:40:02+00:00", "description": "GPU has fallen off the bus"}
+
+
+def _troubled_node() -> Node:
+    snap = snapshot("alpha", 2)
+    healthy, hot = snap["devices"]
+    healthy.update(temperature_c=41, power_draw_w=118.4, power_limit_w=700.0, ecc_mode=True, pci_bus_id="00000000:18:00.0",
+                   mig_mode=True, mig_devices=[{"uuid": "MIG-aaaa", "profile": "3g.40gb", "device": 0}])
+    hot.update(temperature_c=92, throttle_reasons=["hw_thermal_slowdown"], ecc_mode=True, ecc_uncorrected_volatile=4,
+               xid_errors=[XID])
+    snap["findings"] += [
+        {"code": "gpu1.thermal", "name": "GPU 1", "status": "fail", "message": "Hardware slowdown active", "fix": "cool"},
+        {"code": "gpu1.ecc", "name": "GPU 1", "status": "fail", "message": "4 uncorrectable ECC errors", "fix": "rma"},
+        {"code": "gpu1.xid", "name": "GPU 1", "status": "fail", "message": "Xid 79 ×1", "fix": "reboot"},
+    ]
+    assert ingest_snapshot(snap).outcome == "accepted"
+    return Node.objects.get(name="alpha")
+
+
+def _row(html: str, index: int) -> str:
+    rows = re.findall(r"<tr class=\"[^\"]*\">(.*?)</tr>", html.split('id="devices"')[1].split("</table>")[0], re.S)
+    return rows[index]
+
+
+def test_it_shows_each_gpu_health_in_words_and_colour(viewer_client):
+    _troubled_node()
+    html = viewer_client.get(reverse("fleet:node_detail", args=["alpha"])).content.decode()
+    healthy, hot = _row(html, 0), _row(html, 1)
+    assert "41 °C" in healthy and "118 / 700 W" in healthy and "PCI 00000000:18:00.0" in healthy
+    assert "3g.40gb" in healthy and "MIG-aaaa" in healthy
+    assert 'class="badge badge-red">92 °C' in hot and "hw thermal slowdown" in hot
+    assert "4 uncorrectable ECC errors" in hot and "Xid 79" in hot and "×1" in hot
+
+
+def test_a_viewer_sees_no_acknowledge_button(viewer_client):
+    _troubled_node()
+    html = viewer_client.get(reverse("fleet:node_detail", args=["alpha"])).content.decode()
+    assert "Acknowledge" not in html
+    response = viewer_client.post(reverse("fleet:acknowledge_xid", args=["alpha", 1]))
+    assert response.status_code == 403 and not AuditEntry.objects.exists()
+
+
+def test_an_admin_acknowledges_an_xid_from_the_page(admin_role_client):
+    _troubled_node()
+    page = reverse("fleet:node_detail", args=["alpha"])
+    assert "Acknowledge" in _row(admin_role_client.get(page).content.decode(), 1)
+    response = admin_role_client.post(reverse("fleet:acknowledge_xid", args=["alpha", 1]), follow=True)
+    html = response.content.decode()
+    assert response.status_code == 200 and "Xid errors of GPU 1 acknowledged" in html
+    assert "acknowledged" in _row(html, 1) and "Acknowledge</button>" not in html
+    assert Node.objects.get(name="alpha").findings.get(code="gpu1.xid").status == "ok"
+    assert AuditEntry.objects.filter(action="xid.acknowledge").count() == 1
+
+
+def test_acknowledging_a_gpu_without_xids_says_so(admin_role_client):
+    _troubled_node()
+    response = admin_role_client.post(reverse("fleet:acknowledge_xid", args=["alpha", 0]), follow=True)
+    assert "GPU 0 of alpha has no Xid errors to acknowledge" in response.content.decode()
