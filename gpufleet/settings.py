@@ -175,7 +175,14 @@ GPUFLEET_JOB_TIMEOUT = env_float("GPUFLEET_JOB_TIMEOUT", 60.0, minimum=1.0)
 # --- Celery ------------------------------------------------------------------
 
 BROKER_DIR = DATA_DIR / "broker"
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "fsq://")
+# With CELERY_BROKER_URL unset, `up` runs a private Redis on this socket when redis-server
+# is installed (else the file broker) and tells its processes; a command started beside
+# it with the same GPUFLEET_DATA_DIR finds the socket here and uses that Redis too.
+PRIVATE_REDIS_SOCKET = DATA_DIR / "redis.sock"
+PRIVATE_REDIS_URL = f"redis+socket://{PRIVATE_REDIS_SOCKET}"
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or (
+    PRIVATE_REDIS_URL if PRIVATE_REDIS_SOCKET.is_socket() else "fsq://"
+)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 4.0)
 CELERY_BROKER_TRANSPORT_OPTIONS = (

@@ -1,27 +1,45 @@
-"""The command lines of gpufleet's long-running processes, in one place, so
-`manage.py up`, `manage.py agent` and the unit files start them the same way."""
+"""The command lines of gpufleet's long-running processes, in one place. `manage.py up`
+writes them into a Procfile and runs that, `manage.py agent` runs the agent's, and the
+systemd units in gpufleet/deploy/ run the same lines (tests/core/test_deploy_units.py
+compares them, so they cannot drift apart)."""
 
 from __future__ import annotations
 
+import shlex
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
-_CELERY = [sys.executable, "-m", "celery", "-A", "gpufleet.celery"]
+PYTHON = sys.executable
+_CELERY = [PYTHON, "-m", "celery", "-A", "gpufleet.celery"]
 # The file broker has no use for gossip and mingle; on Redis they only add chatter.
 _QUIET = ["--without-mingle", "--without-gossip"]
 
 
 def web(bind: str, workers: int = 2) -> list[str]:
-    return [sys.executable, "-m", "gunicorn", "gpufleet.wsgi", "--bind", bind, "--workers", str(workers),
+    return [PYTHON, "-m", "gunicorn", "gpufleet.wsgi", "--bind", bind, "--workers", str(workers),
             "--access-logfile", "-"]
 
 
-def ingest_worker(data_dir: Path, with_beat: bool = False) -> list[str]:
-    """The central worker (queue "ingest"); `with_beat` embeds the central beat."""
-    argv = [*_CELERY, "worker", "-Q", "ingest", "--pool", "solo", "-n", "ingest@%h", *_QUIET, "-l", "INFO"]
+def ingest_worker(data_dir: Path, with_beat: bool = False, concurrency: int = 1) -> list[str]:
+    """The central worker (queue "ingest"): one process unless `concurrency` asks for more.
+    `with_beat` embeds the central beat, for `up`, where this is the only central worker."""
+    pool = ["--pool", "solo"] if concurrency == 1 else ["--concurrency", str(concurrency)]
+    argv = [*_CELERY, "worker", "-Q", "ingest", *pool, "-n", "ingest@%h", *_QUIET, "-l", "INFO"]
     if with_beat:
         argv += ["-B", "-s", str(data_dir / "beat-central")]
     return argv
+
+
+def central_beat(data_dir: Path) -> list[str]:
+    """The central beat on its own, for a site with several ingest workers (exactly one per site)."""
+    return [*_CELERY, "beat", "-s", str(data_dir / "beat-central"), "-l", "INFO"]
+
+
+def agent() -> list[str]:
+    """This host's agent as a command: `manage.py agent` runs `agent_worker` for the node
+    that GPUFLEET_NODE_NAME names (default: the host name)."""
+    return [PYTHON, "manage.py", "agent"]
 
 
 def agent_worker(node: str, data_dir: Path) -> list[str]:
@@ -29,3 +47,26 @@ def agent_worker(node: str, data_dir: Path) -> list[str]:
     Run with GPUFLEET_ROLE=agent so beat loads the agent's schedule."""
     return [*_CELERY, "worker", "-Q", f"node.{node}", "-B", "-s", str(data_dir / f"beat-agent-{node}"),
             "--pool", "solo", "-n", f"agent.{node}@%h", *_QUIET, "-l", "INFO"]
+
+
+def redis_server(binary: str, socket: Path) -> list[str]:
+    """A private Redis for `up`: on a unix socket only its user may open, no TCP port, nothing
+    written to disk (a queued message is lost with it; the agents send fresh ones)."""
+    return [binary, "--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "700",
+            "--save", "", "--appendonly", "no", "--dir", str(socket.parent)]
+
+
+def up_procfile(bind: str, web_workers: int, data_dir: Path, extra_agents: Iterable[str] = (),
+                redis: list[str] | None = None) -> str:
+    """The Procfile that `manage.py up` runs: web, the ingest worker with the central beat,
+    this host's agent, and one more agent per name in `extra_agents` (a demo fleet); first
+    the `redis` command line (`redis_server`) when there is one."""
+    entries = {"redis": shlex.join(redis)} if redis else {}
+    entries |= {
+        "web": shlex.join(web(bind, web_workers)),
+        "ingest": shlex.join(ingest_worker(data_dir, with_beat=True)),
+        "agent": shlex.join(agent()),
+    }
+    for node in extra_agents:
+        entries[f"agent-{node}"] = shlex.join(["env", f"GPUFLEET_NODE_NAME={node}", *agent()])
+    return "".join(f"{name}: {line}\n" for name, line in entries.items())

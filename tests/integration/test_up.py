@@ -1,12 +1,17 @@
 """The README's first command on embedded defaults: `manage.py up` with SQLite and
-the embedded broker, on a fake GPU host. Then the real mix under load: both
-beats ticking, the agent collecting, while a burst of snapshots and "diagnose
-now" requests from the site goes through the embedded broker."""
+its private Redis (or, with CELERY_BROKER_URL=fsq://, the embedded file broker), on a
+fake GPU host, with one more agent for a demo node. Then
+the real mix under load: both beats ticking, the agents collecting, while a burst of
+snapshots and "diagnose now" requests, sent by a command started beside `up` with
+the same data dir, goes through that broker.
+Then children killed: each is started again and the site carries on; every process
+logs to a file under the data dir; SIGTERM stops them all."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import sqlite3
@@ -18,6 +23,7 @@ import urllib.request
 
 import pytest
 
+from tests.conftest import missing_service
 from tests.integration.workers import REPO
 
 pytestmark = pytest.mark.integration
@@ -72,17 +78,37 @@ BURST = textwrap.dedent(f"""
 """)
 
 
-def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
+def _healthz(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as page:
+            return page.status == 200
+    except OSError:
+        return False
+
+
+def _started_pid(log, name: str) -> int:
+    log.seek(0)
+    return int(re.findall(rf"\| {name} started \(pid (\d+)\)", log.read())[-1])
+
+
+@pytest.mark.parametrize("broker", ["private redis", "fsq"])
+def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path, broker):
     port = _free_port()
     data = tmp_path / "data"
     env = {**os.environ, **fake_host.env(), "GPUFLEET_DATA_DIR": str(data), "GPUFLEET_NODE_NAME": "this-host",
            "GPUFLEET_COLLECT_INTERVAL": "2", "PYTHONUNBUFFERED": "1"}
     for name in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE"):
         env.pop(name, None)
+    if broker == "fsq":
+        env["CELERY_BROKER_URL"] = "fsq://"
+    elif shutil.which("redis-server", path=env["PATH"]) is None:
+        missing_service("redis-server is not installed (apt-get install redis-server)")
+    killed_ones = ("web", "ingest", "redis") if broker == "private redis" else ("web", "ingest")
     db = data / "gpufleet.sqlite3"
     log = open(tmp_path / "up.log", "w+")
     started = time.monotonic()
-    up = subprocess.Popen([sys.executable, "manage.py", "up", "--bind", f"127.0.0.1:{port}"], cwd=REPO, env=env,
+    up = subprocess.Popen([sys.executable, "manage.py", "up", "--bind", f"127.0.0.1:{port}", "--agent", "demo-1"],
+                          cwd=REPO, env=env,
                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _wait(lambda: _query(db, "select gpu_count from fleet_node where name='this-host'"), 60, "this host", up)
@@ -92,7 +118,9 @@ def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=10) as page:
             assert page.status == 200
         log.seek(0)
-        assert re.search(r"Admin login \(shown once\): admin / \S+", log.read())
+        output = log.read()
+        assert re.search(r"Admin login \(shown once\): admin / \S+", output)
+        assert f"broker {broker}," in output
 
         burst = subprocess.run([sys.executable, "manage.py", "shell", "-c", BURST], cwd=REPO, env=env,
                                capture_output=True, text=True, timeout=120)
@@ -107,11 +135,31 @@ def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
         placeholders = ",".join("?" * len(jobs))
         done = f"select count(*) from jobs_job where id in ({placeholders}) and status='done'"
         _wait(lambda: _query(db, done, *jobs)[0][0] == len(set(jobs)), 60, "every diagnose-now job done", up)
-        assert up.poll() is None, "a process of up died under load"
+        log.seek(0)
+        assert " exited with code " not in log.read(), "a process of up died under load"
+        _wait(lambda: _query(db, "select gpu_count from fleet_node where name='demo-1'") == [(8,)], 30, "demo-1", up)
+
+        # Kill the web, the ingest worker (with the central beat inside) and the Redis outright.
+        seen = _query(db, "select max(last_seen) from fleet_node where name='this-host'")[0][0]
+        pids = {name: _started_pid(log, name) for name in killed_ones}
+        for pid in pids.values():
+            os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        _wait(lambda: _started_pid(log, "web") != pids["web"], 30, "the web started again", up)
+        _wait(lambda: _healthz(port), 60, "the web answering again", up)
+        print(f"web answering again {time.monotonic() - killed:.1f} s after the kill")
+        _wait(lambda: _query(db, "select max(last_seen) from fleet_node where name='this-host'")[0][0] > seen,
+              60, "a snapshot stored by the restarted ingest worker", up)
+        print(f"ingest storing again {time.monotonic() - killed:.1f} s after the kill")
+        log.seek(0)
+        restarts = re.findall(r"\| (\w+) exited with code -9 .*; restarting in 1 s", log.read())
+        assert sorted(restarts) == sorted(killed_ones)
     finally:
         up.send_signal(signal.SIGTERM)
+        stopping = time.monotonic()
         try:
             up.wait(30)
+            print(f"up stopped {time.monotonic() - stopping:.1f} s after SIGTERM")
         except subprocess.TimeoutExpired:
             os.killpg(up.pid, signal.SIGKILL)
         log.seek(0)
@@ -119,3 +167,9 @@ def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
         log.close()
     assert "Unrecoverable error" not in output
     assert up.returncode == 0, output[-3000:]
+    for name in ("web", "ingest", "agent", "agent-demo-1"):
+        assert re.search(rf"\| {name} +stopped \(exit code", output), name
+    assert "GET /healthz HTTP/1.1\" 200" in (data / "logs" / "web.log").read_text()
+    assert "ingest@" in (data / "logs" / "ingest.log").read_text()
+    assert "Task gpufleet.agent.tasks.collect" in (data / "logs" / "agent-demo-1.log").read_text()
+    assert "agent-demo-1: env GPUFLEET_NODE_NAME=demo-1 " in (data / "Procfile").read_text()

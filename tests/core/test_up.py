@@ -1,0 +1,205 @@
+"""`up`'s supervisor on small real processes: a killed child is started again and what
+it started is stopped with it, a crash loop ends with exit code 1, logs land in files,
+SIGTERM stops everything. (tests/integration/test_up.py runs the real `up`.)"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from honcho.environ import parse_procfile
+
+from gpufleet.core import processes
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Runs the supervisor in a process of its own (it owns SIGTERM and SIGINT there), with
+# short delays so a crash loop is over in a second.
+RUNNER = textwrap.dedent("""
+    import os, sys
+    from pathlib import Path
+    import django
+    django.setup()
+    from gpufleet.core.management.commands import up
+    up.RESTART_DELAYS = (0.1, 0.2, 0.3)
+    procfile, logs = Path(sys.argv[1]), Path(sys.argv[2])
+    sys.exit(up.Supervisor(procfile, dict(os.environ), cwd=procfile.parent, log_dir=logs).run())
+""")
+
+SLEEPER = f"{sys.executable} -c \"import os, time; print('pid', os.getpid(), flush=True); time.sleep(300)\""
+# A program that starts a child of its own and waits, as gunicorn and celery -B do.
+FAMILY = "sh -c 'sleep 300 & echo child $!; wait'"
+CRASHER = f"{sys.executable} -c \"import sys; print('boom', flush=True); sys.exit(3)\""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purposes (its parent has not reaped it yet).
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def _wait(predicate, what: str, timeout: float = 20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _supervise(tmp_path: Path, procfile: str) -> tuple[subprocess.Popen, Path]:
+    (tmp_path / "Procfile").write_text(procfile)
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path / "Procfile"), str(tmp_path / "logs")],
+                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    return proc, tmp_path / "logs"
+
+
+def _pids(log: Path, word: str) -> list[int]:
+    """The pids in the log's lines "<date> <time> <word> <pid>"."""
+    pattern = rf"^\S+ \S+ {word} (\d+)\)?$"
+    return [int(p) for p in re.findall(pattern, log.read_text(), re.M)] if log.exists() else []
+
+
+def test_it_restarts_a_killed_child_with_what_it_started_and_stops_all_on_sigterm(tmp_path):
+    proc, logs = _supervise(tmp_path, f"sleeper: {SLEEPER}\nfamily: {FAMILY}\n")
+    try:
+        [first] = _wait(lambda: _pids(logs / "sleeper.log", "pid"), "the sleeper")
+        [child] = _wait(lambda: _pids(logs / "family.log", "child"), "the family's child")
+        [leader] = _pids(logs / "family.log", r"\[up\] started \(pid")
+
+        os.kill(first, signal.SIGKILL)
+        pids = _wait(lambda: _pids(logs / "sleeper.log", "pid")[1:] and _pids(logs / "sleeper.log", "pid"),
+                     "the sleeper started again")
+        second = pids[1]
+        assert second != first and _pid_alive(second)
+        assert "[up] exited with code -9" in (logs / "sleeper.log").read_text()
+
+        os.kill(leader, signal.SIGKILL)
+        _wait(lambda: len(_pids(logs / "family.log", "child")) == 2, "the family started again")
+        _wait(lambda: not _pid_alive(child), "the dead leader's child stopped")
+        new_child = _pids(logs / "family.log", "child")[1]
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=20)[0]
+    assert proc.returncode == 0, output
+    assert "SIGTERM received; stopping" in output
+    assert not _pid_alive(second) and not _pid_alive(new_child)
+    # The console has every child's lines, each under its name.
+    assert re.search(rf"sleeper +\| pid {second}$", output, re.M)
+    assert re.search(rf"family +\| child {new_child}$", output, re.M)
+
+
+def test_it_gives_up_on_a_crash_loop_and_stops_the_others(tmp_path):
+    proc, logs = _supervise(tmp_path, f"crasher: {CRASHER}\nsleeper: {SLEEPER}\n")
+    try:
+        output = proc.communicate(timeout=30)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1, output
+    log = (logs / "crasher.log").read_text()
+    assert log.count("boom") == 4  # the first start and three restarts
+    assert "restarting in 0.3 s (restart 3 of at most 3 in a row)" in log
+    assert "exited with code 3, 4 times in a row within 30 s of starting" in log and "giving up and stopping everything" in output
+    [sleeper] = _pids(logs / "sleeper.log", "pid")
+    assert not _pid_alive(sleeper)
+    assert "[up] stopped" in (logs / "sleeper.log").read_text()
+
+
+def test_it_writes_a_procfile_with_one_entry_per_agent():
+    text = processes.up_procfile("127.0.0.1:9000", 3, Path("/data"), ["demo-1", "demo-2"])
+    entries = parse_procfile(text).processes
+    assert list(entries) == ["web", "ingest", "agent", "agent-demo-1", "agent-demo-2"]
+    assert entries["agent-demo-2"].startswith("env GPUFLEET_NODE_NAME=demo-2 ")
+    assert "--bind 127.0.0.1:9000 --workers 3" in entries["web"]
+    assert "-s /data/beat-central" in entries["ingest"]
+
+
+@pytest.mark.parametrize("name", ["demo.1", "demo 1", ""])
+def test_it_refuses_an_agent_name_that_is_no_queue_name(name):
+    with pytest.raises(CommandError, match="letters, digits"):
+        call_command("up", "--agent", name)
+
+
+def test_it_puts_the_private_redis_first_without_tcp_or_disk(tmp_path):
+    redis = processes.redis_server("/usr/bin/redis-server", tmp_path / "redis.sock")
+    entries = parse_procfile(processes.up_procfile("127.0.0.1:9000", 2, tmp_path, redis=redis)).processes
+    assert list(entries)[:2] == ["redis", "web"]
+    assert f"--port 0 --unixsocket {tmp_path}/redis.sock --unixsocketperm 700 --save '' --appendonly no" \
+        in entries["redis"]
+
+
+def _broker(monkeypatch, tmp_path, *, url: str | None, redis_installed: bool):
+    from gpufleet.core.management.commands.up import Command
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if redis_installed:
+        (bin_dir / "redis-server").write_text("#!/bin/sh\n")
+        (bin_dir / "redis-server").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    if url is None:
+        monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+    else:
+        monkeypatch.setenv("CELERY_BROKER_URL", url)
+    return Command()._broker()
+
+
+def test_it_runs_a_private_redis_when_no_broker_is_set_and_redis_is_installed(monkeypatch, tmp_path, settings):
+    url, redis = _broker(monkeypatch, tmp_path, url=None, redis_installed=True)
+    assert url == f"redis+socket://{settings.DATA_DIR / 'redis.sock'}"
+    assert redis[0] == str(tmp_path / "bin" / "redis-server")
+
+
+def test_it_uses_the_file_broker_without_redis_server_and_forgets_an_old_socket(monkeypatch, tmp_path, settings):
+    settings.PRIVATE_REDIS_SOCKET = tmp_path / "redis.sock"
+    settings.PRIVATE_REDIS_SOCKET.write_text("")  # left over from a killed run
+    assert _broker(monkeypatch, tmp_path, url=None, redis_installed=False) == ("fsq://", None)
+    assert not settings.PRIVATE_REDIS_SOCKET.exists()
+
+
+def test_it_keeps_the_broker_that_is_set(monkeypatch, tmp_path):
+    url = "redis://redis.example.internal:6379/0"
+    assert _broker(monkeypatch, tmp_path, url=url, redis_installed=True) == (url, None)
+
+
+@pytest.mark.parametrize("running", [True, False])
+def test_a_command_beside_up_finds_its_private_redis(tmp_path, running):
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as listening:
+        if running:
+            listening.bind(str(tmp_path / "redis.sock"))
+        env = {**os.environ, "GPUFLEET_DATA_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+        env.pop("CELERY_BROKER_URL", None)
+        url = subprocess.run([sys.executable, "-c", "from gpufleet import settings; print(settings.CELERY_BROKER_URL)"],
+                             env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert url == (f"redis+socket://{tmp_path}/redis.sock" if running else "fsq://")
+
+
+def test_it_refuses_to_start_beside_another_up_on_the_same_data_dir(monkeypatch, tmp_path, settings):
+    import socket
+
+    settings.PRIVATE_REDIS_SOCKET = tmp_path / "redis.sock"
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(settings.PRIVATE_REDIS_SOCKET))
+        listening.listen()
+        with pytest.raises(SystemExit) as stopped:
+            _broker(monkeypatch, tmp_path, url=None, redis_installed=True)
+    assert stopped.value.code == 2
