@@ -80,6 +80,21 @@ class XidCountIn(BaseModel):
     description: _Line
 
 
+class ContainerIn(BaseModel):
+    model_config = _Strict
+    id: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$")]
+    name: _Line
+    image: _Line
+
+
+class ProcessIn(BaseModel):
+    model_config = _Strict
+    pid: Annotated[int, Field(ge=0, le=2**32)]
+    name: _Line
+    used_mib: _MiB | None
+    container: ContainerIn | None
+
+
 class DeviceIn(BaseModel):
     model_config = _Strict
     index: Annotated[int, Field(ge=0, le=1023)]
@@ -111,6 +126,7 @@ class DeviceIn(BaseModel):
     mig_mode: bool | None = None
     mig_devices: Annotated[list[MigDeviceIn], Field(max_length=64)] = []
     xid_errors: Annotated[list[XidCountIn], Field(max_length=64)] = []
+    processes: Annotated[list[ProcessIn], Field(max_length=64)] = []
 
 
 class FindingIn(BaseModel):
@@ -244,6 +260,9 @@ def fit_snapshot(data: dict) -> dict:
         device["name"] = _text(device["name"], LINE_MAX, one_line=True)
         device["mig_devices"] = clip_list("mig_devices", device.get("mig_devices", []), 64, "MIG slices")
         device["xid_errors"] = clip_list("xid_errors", device.get("xid_errors", []), 64, "Xid codes")
+        device["processes"] = clip_list("processes", device.get("processes", []), 64, "processes")
+        for process in device["processes"]:
+            process["name"] = _text(process["name"], LINE_MAX, one_line=True)
     findings = clip_list("findings", data["findings"], FINDINGS_MAX - 1, "findings")
     for finding in findings:
         for key, limit in (("name", LINE_MAX), ("message", TEXT_MAX), ("fix", TEXT_MAX)):

@@ -28,6 +28,7 @@ def diagnose_this_host(runner: gpu.Runner | None = None) -> gpu.HostDiagnosis:
         query=SMI_QUERY,
         temperature_warn_c=settings.GPUFLEET_TEMPERATURE_WARN_C,
         xid_window_hours=settings.GPUFLEET_XID_WINDOW_HOURS,
+        proc_root=os.environ.get("GPUFLEET_PROC_ROOT") or "/proc",
     )
 
 

@@ -15,6 +15,11 @@ from datetime import datetime, timedelta
 WIDTH, HEIGHT, PAD = 240, 48, 2
 BUCKETS = 120
 MAX_GAP = timedelta(minutes=15)
+# The ranges the node page offers, by their URL value.
+RANGES = {"1h": 1, "6h": 6, "24h": 24, "7d": 24 * 7}
+DEFAULT_RANGE = "24h"
+# Hover columns per chart: each carries the figures of its stretch of time in a <title>.
+HOVER_COLUMNS = 24
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,17 @@ class Sample:
     at: datetime
     vram_used_mib: int | None
     utilization_percent: int | None
+    temperature_c: int | None = None
+    power_draw_w: float | None = None
+
+
+@dataclass(frozen=True)
+class Column:
+    """A hover target: a slice of the chart and what the GPU did in it."""
+
+    x: float
+    width: float
+    title: str
 
 
 @dataclass(frozen=True)
@@ -38,10 +54,16 @@ class Chart:
     util_peak: int | None
     width: int = WIDTH
     height: int = HEIGHT
+    # Temperature on a 0..100 °C scale, power as a share of the GPU's limit.
+    temperature: tuple[str, ...] = ()
+    power: tuple[str, ...] = ()
+    temperature_peak: int | None = None
+    power_peak_w: float | None = None
+    columns: tuple[Column, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.vram or self.util)
+        return not (self.vram or self.util or self.temperature or self.power)
 
 
 def segments(
@@ -99,18 +121,64 @@ def _points(run: list[tuple[float, float]], step: float) -> str:
     return " ".join(f"{x:.1f},{y:.1f}" for x, y in run)
 
 
-def gpu_chart(samples: Sequence[Sample], vram_total_mib: int | None, end: datetime, hours: float = 24) -> Chart:
+def gpu_chart(
+    samples: Sequence[Sample],
+    vram_total_mib: int | None,
+    end: datetime,
+    hours: float = 24,
+    power_limit_w: float | None = None,
+) -> Chart:
     """The chart of one GPU over the `hours` before `end`."""
     start = end - timedelta(hours=hours)
+    # A silence longer than a twentieth of the range breaks the line (15 min in 24 h).
+    gap = max(MAX_GAP * hours / 24, timedelta(minutes=2))
     vram = [s.vram_used_mib for s in samples if s.vram_used_mib is not None]
     util = [s.utilization_percent for s in samples if s.utilization_percent is not None]
+    temps = [s.temperature_c for s in samples if s.temperature_c is not None]
+    watts = [s.power_draw_w for s in samples if s.power_draw_w is not None]
     vram_top = vram_total_mib or max(vram, default=0)
+    power_top = power_limit_w or max(watts, default=0)
+
+    def line(values, top: float) -> tuple[str, ...]:
+        return segments(values, start, end, float(top or 0), max_gap=gap)
+
     return Chart(
         start=start,
         end=end,
-        vram=segments(((s.at, s.vram_used_mib) for s in samples), start, end, float(vram_top or 0)),
-        util=segments(((s.at, s.utilization_percent) for s in samples), start, end, 100.0),
+        vram=line(((s.at, s.vram_used_mib) for s in samples), vram_top),
+        util=line(((s.at, s.utilization_percent) for s in samples), 100.0),
         samples=len(samples),
         vram_peak_mib=max(vram, default=None),
         util_peak=max(util, default=None),
+        temperature=line(((s.at, s.temperature_c) for s in samples), 100.0),
+        power=line(((s.at, s.power_draw_w) for s in samples), power_top),
+        temperature_peak=max(temps, default=None),
+        power_peak_w=max(watts, default=None),
+        columns=_columns(samples, start, end),
     )
+
+
+def _columns(samples: Sequence[Sample], start: datetime, end: datetime) -> tuple[Column, ...]:
+    span = (end - start).total_seconds()
+    if span <= 0:
+        return ()
+    buckets: dict[int, list[Sample]] = {}
+    for sample in samples:
+        offset = (sample.at - start).total_seconds()
+        if 0 <= offset <= span:
+            buckets.setdefault(min(HOVER_COLUMNS - 1, int(offset / span * HOVER_COLUMNS)), []).append(sample)
+    step = WIDTH / HOVER_COLUMNS
+    columns = []
+    for index, found in sorted(buckets.items()):
+        begin = start + (end - start) * index / HOVER_COLUMNS
+        parts = [f"{begin:%H:%M}–{begin + (end - start) / HOVER_COLUMNS:%H:%M}"]
+        for label, values, unit in (
+            ("VRAM peak", [s.vram_used_mib / 1024 for s in found if s.vram_used_mib is not None], " GiB"),
+            ("util. peak", [s.utilization_percent for s in found if s.utilization_percent is not None], " %"),
+            ("temp. peak", [s.temperature_c for s in found if s.temperature_c is not None], " °C"),
+            ("power peak", [s.power_draw_w for s in found if s.power_draw_w is not None], " W"),
+        ):
+            if values:
+                parts.append(f"{label} {max(values):.0f}{unit}" if unit != " GiB" else f"{label} {max(values):.1f}{unit}")
+        columns.append(Column(index * step, step, " · ".join(parts)))
+    return tuple(columns)

@@ -241,6 +241,10 @@ class Device(models.Model):
     def mig_devices(self) -> list[dict]:
         return self.health.get("mig_devices") or []
 
+    @property
+    def processes(self) -> list[dict]:
+        return self.health.get("processes") or []
+
 
 class Finding(models.Model):
     """One doctor finding of a node's latest snapshot."""

@@ -15,7 +15,13 @@ from gpufleet import gpu
 from gpufleet.fleet import charts
 from gpufleet.fleet.models import Device, DeviceSample, Finding, FindingStatus, Node
 
-HISTORY_HOURS = 24
+HISTORY_HOURS = charts.RANGES[charts.DEFAULT_RANGE]
+
+
+def history_range(params) -> str:
+    """The node page's history range from its query string; anything else is the default."""
+    wanted = params.get("range", "")
+    return wanted if wanted in charts.RANGES else charts.DEFAULT_RANGE
 
 
 @dataclass(frozen=True)
@@ -40,16 +46,16 @@ def load_for_page(node: Node) -> None:
 _GPU_ASPECT = re.compile(r"gpu([0-9]+)\.([a-z]+)")
 
 
-def device_rows(node: Node, ledger: gpu.Ledger, now: datetime) -> list[DeviceRow]:
+def device_rows(node: Node, ledger: gpu.Ledger, now: datetime, hours: float = HISTORY_HOURS) -> list[DeviceRow]:
     devices = sorted(node.devices.all(), key=lambda d: (d.vanished, d.index, d.uuid))
     samples: dict[int, list[charts.Sample]] = defaultdict(list)
     rows = (
-        DeviceSample.objects.filter(device__node=node, collected_at__gte=now - timedelta(hours=HISTORY_HOURS))
+        DeviceSample.objects.filter(device__node=node, collected_at__gte=now - timedelta(hours=hours))
         .order_by("device_id", "collected_at")
-        .values_list("device_id", "collected_at", "vram_used_mib", "utilization_percent")
+        .values_list("device_id", "collected_at", "vram_used_mib", "utilization_percent", "temperature_c", "power_draw_w")
     )
-    for device_id, at, vram, util in rows:
-        samples[device_id].append(charts.Sample(at, vram, util))
+    for device_id, *values in rows:
+        samples[device_id].append(charts.Sample(*values))
     by_gpu: dict[int, dict[str, Finding]] = defaultdict(dict)
     # The page has read the findings already (findings_worst_first); reuse them.
     findings = getattr(node, "findings_cache", None)
@@ -61,7 +67,7 @@ def device_rows(node: Node, ledger: gpu.Ledger, now: datetime) -> list[DeviceRow
             device=d,
             # A vanished GPU holds nothing, even if a new GPU now has its index.
             holder=None if d.vanished else ledger.holder_of(d.index),
-            chart=charts.gpu_chart(samples.get(d.pk, ()), d.vram_total_mib, now, HISTORY_HOURS),
+            chart=charts.gpu_chart(samples.get(d.pk, ()), d.vram_total_mib, now, hours, d.power_limit_w),
             stale=d.vanished or node.offline,
             health={} if d.vanished else by_gpu.get(d.index, {}),
         )

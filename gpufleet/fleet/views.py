@@ -15,8 +15,8 @@ from django.views.decorators.http import require_GET
 from gpufleet.core.access import VIEW, requires
 from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.core.querystring import clean_query
+from gpufleet.fleet import charts, reports
 from gpufleet.fleet import nodes as node_page
-from gpufleet.fleet import reports
 from gpufleet.fleet.filters import filter_nodes, paginate
 from gpufleet.fleet.models import Node
 from gpufleet.fleet.summary import FleetSummary
@@ -65,7 +65,10 @@ def node_detail(request, name: str, partial: str | None = None):
     context = {"node": node, "now": now, "findings": node_page.findings_worst_first(node)}
     if not (partial and wants_fragment(request)):
         node_page.load_for_page(node)
-        context["devices"] = node_page.device_rows(node, node.ledger(), now)
+        context["history_range"] = node_page.history_range(request.GET)
+        hours = charts.RANGES[context["history_range"]]
+        context["devices"] = node_page.device_rows(node, node.ledger(), now, hours)
+        context["history_ranges"] = list(charts.RANGES)
     return render_page(request, "fleet/node_detail.html", context, partial=partial)
 
 

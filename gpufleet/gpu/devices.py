@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
 from gpufleet.gpu.host import COMMAND_TIMEOUT_S, CommandResult, DockerInfo, Runner
+from gpufleet.gpu.processes import Container, GpuProcess
 
 
 @dataclass(frozen=True)
@@ -208,12 +209,14 @@ class Device:
     mig_mode: bool | None = None
     mig_devices: tuple[MigDevice, ...] = ()
     xid_errors: tuple[XidCount, ...] = ()
+    # The compute processes on it, each with its container (gpu.processes.GpuProcess).
+    processes: tuple[GpuProcess, ...] = ()
 
     def to_dict(self) -> dict:
         data = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("mig_devices", "xid_errors"):
+            if f.name in ("mig_devices", "xid_errors", "processes"):
                 value = [item.to_dict() for item in value]
             elif isinstance(value, tuple):
                 value = list(value)
@@ -227,6 +230,7 @@ class Device:
         values = {k: v for k, v in data.items() if k in known}
         values["mig_devices"] = tuple(MigDevice(**m) for m in data.get("mig_devices") or ())
         values["xid_errors"] = tuple(XidCount(**x) for x in data.get("xid_errors") or ())
+        values["processes"] = tuple(_process_from_dict(values["uuid"], p) for p in data.get("processes") or ())
         if values.get("throttle_reasons") is not None:
             values["throttle_reasons"] = tuple(values["throttle_reasons"])
         return cls(**values)
@@ -234,6 +238,11 @@ class Device:
     @property
     def pci_address(self) -> tuple[int, int, int] | None:
         return pci_address(self.pci_bus_id or "")
+
+
+def _process_from_dict(gpu_uuid: str, data: dict) -> GpuProcess:
+    container = Container(**data["container"]) if data.get("container") else None
+    return GpuProcess(gpu_uuid, data["pid"], data["name"], data.get("used_mib"), container)
 
 
 # "00000000:9B:00.0" (nvidia-smi), "0000:9b:00" (Xid lines), "0000:b3:00.0" (kernel):

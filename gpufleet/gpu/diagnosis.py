@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 
+from gpufleet.gpu import processes
 from gpufleet.gpu import xid as xids
 from gpufleet.gpu.devices import INSTALL_COMMAND, Device, Info, SmiQuery, command_failure, detect
 from gpufleet.gpu.host import COMMAND_TIMEOUT_S, DockerFacts, Runner
@@ -187,6 +188,7 @@ def diagnose_host(
     temperature_warn_c: float = DEFAULT_TEMPERATURE_WARN_C,
     xid_window_hours: float = xids.DEFAULT_XID_WINDOW_HOURS,
     now: datetime | None = None,
+    proc_root: str = "/proc",
 ) -> HostDiagnosis:
     """Inspect this host's GPU stack. `cdi_spec_files` are the NVIDIA spec files the host
     side found (see gpufleet.gpu.host.list_cdi_spec_files). A VRAM warning level
@@ -206,7 +208,14 @@ def diagnose_host(
     else:
         log = xids.read_kernel_log(runner, now)
         per_gpu, unmatched = xids.count_xids(log.events, info.devices, now, xid_window_hours)
-        info = replace(info, devices=tuple(replace(d, xid_errors=per_gpu.get(d.index, ())) for d in info.devices))
+        on_gpu = _processes(runner, docker, proc_root)
+        info = replace(
+            info,
+            devices=tuple(
+                replace(d, xid_errors=per_gpu.get(d.index, ()), processes=tuple(on_gpu.get(d.uuid, ())))
+                for d in info.devices
+            ),
+        )
         findings = [_driver_finding(info)]
         findings += [_lost_finding(lost) for lost in info.lost_gpus]
         for device in info.devices:
@@ -228,6 +237,18 @@ def diagnose_host(
         findings=tuple(findings),
         docker_error=docker_info.error,
     )
+
+
+def _processes(runner: Runner, docker: DockerFacts, proc_root: str) -> dict:
+    """Compute processes per GPU UUID, with their containers; none when nvidia-smi
+    cannot list them (the GPUs themselves were already found)."""
+    result = runner.run(list(processes.COMPUTE_APPS_ARGV), timeout=COMMAND_TIMEOUT_S)
+    if not result.ok:
+        return {}
+    found = processes.parse_compute_apps(result.stdout)
+    if not found:
+        return {}
+    return processes.attribute(found, processes.containers_from_payload(docker.containers()), proc_root)
 
 
 def _warn_level(percent: float) -> float:

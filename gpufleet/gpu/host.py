@@ -56,6 +56,11 @@ class DockerInfo:
 class DockerFacts(Protocol):
     def info(self) -> DockerInfo: ...
 
+    def containers(self) -> object:
+        """The running containers as `GET /containers/json` answers; [] when Docker
+        cannot be asked (info() already says why)."""
+        ...
+
 
 # --- Real implementations -----------------------------------------------------------------
 
@@ -301,6 +306,21 @@ class EngineDocker:
         finally:
             if client is not None:
                 with contextlib.suppress(Exception):  # closing must not mask the answer
+                    client.close()
+
+    def containers(self) -> object:
+        import docker
+
+        client = None
+        try:
+            client = docker.DockerClient(base_url=self.url, timeout=self.timeout)
+            return client.api.containers()  # one GET /containers/json per collection
+        except Exception:
+            # info() reports an unreachable Docker; processes then show without containers.
+            return []
+        finally:
+            if client is not None:
+                with contextlib.suppress(Exception):
                     client.close()
 
 

@@ -79,6 +79,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self._json(engine.status, {"message": engine.error_message})
             else:
                 self._json(engine.status, engine.info)
+        elif endpoint == "/containers/json":
+            self._json(200, engine.containers)
         else:
             self._json(404, {"message": "page not found"})
 
@@ -105,6 +107,8 @@ class FakeDockerEngine:
         min_api_version: str = "1.24",
     ):
         self.info: dict[str, Any] = info if info is not None else {}
+        # What GET /containers/json answers: the running containers.
+        self.containers: list[dict[str, Any]] = []
         self.delay = delay
         self.status = status
         self.body = body

@@ -155,6 +155,10 @@ class FakeHost:
         if present:
             link.symlink_to(BIN_DIR / tool)
 
+    def compute_apps(self, text: str) -> None:
+        """nvidia-smi --query-compute-apps prints `text` (the processes on the GPUs)."""
+        self._mp.setenv("FAKE_SMI_APPS", str(self._text_file(text)))
+
     def kernel_log(self, text: str, *, exit_code: int = 0, stderr: str = "") -> None:
         """dmesg prints `text` (empty by default); a non-zero exit with `stderr` is a
         kernel log the agent may not read."""

@@ -28,7 +28,7 @@ DEVICE_KEYS = [
     "pstate", "sm_clock_mhz", "sm_clock_max_mhz", "persistence_mode", "ecc_mode", "ecc_corrected_volatile",
     "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "retired_pages_pending",
     "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure",
-    "throttle_reasons", "mig_mode", "mig_devices", "xid_errors",
+    "throttle_reasons", "mig_mode", "mig_devices", "xid_errors", "processes",
 ]
 
 
@@ -223,3 +223,33 @@ def test_collect_once_against_a_real_docker_daemon(fake_host, real_dockerd, monk
     assert node.attach == "legacy"
     assert node.cdi_devices == []
     assert node.findings.get(code="runtime").status == "ok"
+
+
+CONTAINER_ID = "4f1d9c2b8e7a1d2c3b4a5f60718293a4b5c6d7e8f90a1b2c3d4e5f6a7b8c9d0e"
+
+
+def test_doctor_json_attributes_each_process_to_its_gpu_and_container(fake_host, capsys, tmp_path, monkeypatch):
+    fake_host.smi(HEALTH / "smi-8x-h100.csv")
+    fake_host.compute_apps(
+        "GPU-6b3c0a1e-4f1d-9c2b-8e7a-1d2c3b4a5f60, 4412, python3, 30211\n"
+        "GPU-6b3c1a1e-4f1d-9c2b-8e7a-1d2c3b4a5f61, 6001, /usr/bin/python3, [N/A]\n"
+    )
+    proc = tmp_path / "proc"
+    (proc / "4412").mkdir(parents=True)
+    (proc / "4412" / "cgroup").write_text(f"0::/system.slice/docker-{CONTAINER_ID}.scope\n")
+    (proc / "6001").mkdir()
+    (proc / "6001" / "cgroup").write_text("0::/user.slice/user-1000.slice/session-2.scope\n")
+    monkeypatch.setenv("GPUFLEET_PROC_ROOT", str(proc))
+    fake_host.engine.containers = [
+        {"Id": CONTAINER_ID, "Names": ["/trainer"], "Image": "pytorch/pytorch:2.5.1-cuda12.4", "Labels": {}}
+    ]
+    report, _ = _doctor_json(capsys)
+    assert report["devices"][0]["processes"] == [
+        {"pid": 4412, "name": "python3", "used_mib": 30211,
+         "container": {"id": CONTAINER_ID, "name": "trainer", "image": "pytorch/pytorch:2.5.1-cuda12.4"}}
+    ]
+    assert report["devices"][1]["processes"] == [
+        {"pid": 6001, "name": "/usr/bin/python3", "used_mib": None, "container": None}
+    ]
+    assert report["devices"][2]["processes"] == []
+    assert fake_host.engine.count("/containers/json") == 1

@@ -73,3 +73,17 @@ def test_acknowledging_a_gpu_without_xids_says_so(admin_role_client):
     _troubled_node()
     response = admin_role_client.post(reverse("fleet:acknowledge_xid", args=["alpha", 0]), follow=True)
     assert "GPU 0 of alpha has no Xid errors to acknowledge" in response.content.decode()
+
+
+def test_it_lists_the_containers_and_processes_on_each_gpu(viewer_client):
+    snap = snapshot("alpha", 1)
+    snap["devices"][0]["processes"] = [
+        {"pid": 4412, "name": "python3", "used_mib": 30720,
+         "container": {"id": "4f1d9c2b8e7a", "name": "trainer", "image": "pytorch/pytorch:2.5.1"}},
+        {"pid": 6001, "name": "<script>alert(1)</script>", "used_mib": None, "container": None},
+    ]
+    ingest_snapshot(snap)
+    row = _row(viewer_client.get(reverse("fleet:node_detail", args=["alpha"])).content.decode(), 0)
+    assert "trainer" in row and "pytorch/pytorch:2.5.1" in row and "pid 4412" in row and "30.0 GiB" in row
+    assert "&lt;script&gt;" in row and "<script>alert" not in row
+    assert "host" in row

@@ -57,13 +57,17 @@ class FakeRunner:
 class FakeDocker:
     """DockerFacts that returns one DockerInfo and counts how often it was asked."""
 
-    def __init__(self, info: DockerInfo | None = None) -> None:
+    def __init__(self, info: DockerInfo | None = None, containers: list | None = None) -> None:
         self._info = info or DockerInfo()
+        self._containers = containers or []
         self.calls = 0
 
     def info(self) -> DockerInfo:
         self.calls += 1
         return self._info
+
+    def containers(self) -> list:
+        return self._containers
 
 
 SMI = tuple(SMI_QUERY_ARGV)

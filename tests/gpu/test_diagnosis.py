@@ -21,6 +21,7 @@ from gpufleet.gpu import (
     diagnose_host,
     is_cdi_spec_name,
 )
+from gpufleet.gpu.processes import COMPUTE_APPS_ARGV
 
 from .fakes import CTK, DMESG, SMI, FakeDocker, exited, fixture, host
 from .test_health import HEALTH
@@ -248,7 +249,7 @@ def test_it_drops_duplicate_spec_files_and_keeps_their_order():
 def test_it_runs_each_command_once_on_a_driver_that_knows_every_field():
     runner = host(smi=(HEALTH / "smi-8x-h100.csv").read_text(), ctk=CTK_1_18)
     diagnose_host(runner, FakeDocker(DockerInfo(runtimes=NVIDIA)), ())
-    assert [argv for argv, _ in runner.calls] == [SMI, CTK, DMESG]
+    assert [argv for argv, _ in runner.calls] == [SMI, CTK, DMESG, tuple(COMPUTE_APPS_ARGV)]
 
 
 def test_it_writes_exactly_the_doctor_json_keys():
@@ -276,7 +277,7 @@ def test_it_writes_exactly_the_doctor_json_keys():
         "utilization_percent": None,
     }
     # A driver that knows only the reference fields: every health key is there, unknown.
-    lists = {"mig_devices": [], "xid_errors": []}
+    lists = {"mig_devices": [], "xid_errors": [], "processes": []}
     health = {k: None for k in report["devices"][0] if k not in reference and k not in lists}
     assert report["devices"][0] == {**reference, **health, **lists}
     assert len(health) == 21

@@ -8,6 +8,7 @@ Behaviour comes from environment variables, PREFIX being SMI or CTK:
     FAKE_<PREFIX>_HANG=1    after printing, start a child that keeps stdout/stderr open and
                             sleep forever (a stuck driver call)
     FAKE_<PREFIX>_PIDFILE   with HANG: write "<own pid> <child pid>" there once both run
+    FAKE_SMI_APPS           file nvidia-smi prints for --query-compute-apps (default: no processes)
     FAKE_TOOL_LOG           append one JSON line per call: tool, argv, LC_ALL, PATH
 """
 
@@ -50,6 +51,12 @@ def main(prefix: str) -> int:
     if stdout is None:
         stdout = os.path.join(DATA, DEFAULT_STDOUT[prefix]) if DEFAULT_STDOUT[prefix] else ""
     exit_code = int(env.get(f"FAKE_{prefix}_EXIT", "0") or 0)
+    if prefix == "SMI" and any(a.startswith("--query-compute-apps=") for a in sys.argv[1:]):
+        # The processes on the GPUs: FAKE_SMI_APPS names their recording (default none).
+        apps = env.get("FAKE_SMI_APPS")
+        if apps:
+            _copy(apps, sys.stdout)
+        return 0
     if prefix == "SMI" and stdout and smi_query.requested_fields(sys.argv[1:]) is not None:
         # A driver that knows the recording's fields answers the ones asked for.
         with open(stdout, encoding="utf-8", errors="replace") as fh:

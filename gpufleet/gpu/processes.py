@@ -1,0 +1,130 @@
+"""Who is on each GPU: the compute processes nvidia-smi lists, and the container
+each one runs in, found from its cgroup.
+
+The proc root is a parameter (GPUFLEET_PROC_ROOT on the agent) so tests give a
+fixture tree; reading it goes through `read_text`, the one file access here.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+COMPUTE_APPS_ARGV = [
+    "nvidia-smi",
+    "--query-compute-apps=gpu_uuid,pid,process_name,used_gpu_memory",
+    "--format=csv,noheader,nounits",
+]
+# Bounds on what one snapshot carries, so a fork bomb on a GPU cannot bloat it.
+MAX_PROCESSES_PER_GPU = 64
+MAX_PROCESS_NAME = 200
+
+# The container ID in a cgroup path, as Docker, containerd and Podman write it
+# (cgroup v1 "/docker/<id>", v2 "docker-<id>.scope", "cri-containerd-<id>.scope",
+# "libpod-<id>.scope"; also the nested "/docker/<id>/..." of Docker in Docker).
+_CONTAINER_IN_CGROUP = re.compile(
+    r"(?:/docker/|/docker-|docker-|cri-containerd-|/libpod-|libpod-|/containerd/)([0-9a-f]{64})(?:\.scope)?(?:/|$)"
+)
+
+
+@dataclass(frozen=True)
+class Container:
+    id: str
+    name: str
+    image: str
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "name": self.name, "image": self.image}
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process on a GPU: its PID, name, VRAM (None when nvidia-smi cannot say,
+    e.g. on Windows or without permission) and container (None outside any)."""
+
+    gpu_uuid: str
+    pid: int
+    name: str
+    used_mib: int | None
+    container: Container | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "pid": self.pid,
+            "name": self.name,
+            "used_mib": self.used_mib,
+            "container": self.container.to_dict() if self.container else None,
+        }
+
+
+def containers_from_payload(payload: object) -> dict[str, Container]:
+    """Running containers by ID from the Engine API's `GET /containers/json`;
+    entries it cannot read are skipped."""
+    found: dict[str, Container] = {}
+    for entry in payload if isinstance(payload, list) else ():
+        if not isinstance(entry, dict) or not isinstance(entry.get("Id"), str):
+            continue
+        names = entry.get("Names") if isinstance(entry.get("Names"), list) else []
+        name = str(names[0]).lstrip("/") if names else entry["Id"][:12]
+        found[entry["Id"]] = Container(entry["Id"], name[:200], str(entry.get("Image") or "")[:200])
+    return found
+
+
+def parse_compute_apps(text: str) -> list[GpuProcess]:
+    """Rows of COMPUTE_APPS_ARGV's output; "No running processes found", blank
+    lines and rows that cannot be read are skipped (they name no process)."""
+    found = []
+    for line in text.splitlines():
+        if "," not in line:
+            continue
+        values = [v.strip() for v in next(csv.reader([line.strip()], skipinitialspace=True))]
+        if len(values) != 4 or not values[1].isdigit():
+            continue
+        gpu_uuid, pid, name, used = values
+        number = used.split(" ", 1)[0]  # "30211" or, with units, "30211 MiB"
+        memory = int(number) if number.isdigit() else None  # "[N/A]" and the like: unknown
+        found.append(GpuProcess(gpu_uuid, int(pid), name[:MAX_PROCESS_NAME], memory))
+    return found
+
+
+def container_id_of(cgroup_text: str) -> str | None:
+    """The container ID in a /proc/<pid>/cgroup file, or None for a host process."""
+    for line in cgroup_text.splitlines():
+        path = line.split(":", 2)[-1]
+        if match := _CONTAINER_IN_CGROUP.search(path):
+            return match.group(1)
+    return None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return None  # the process ended, or we may not look
+
+
+def attribute(
+    processes: list[GpuProcess],
+    containers: Mapping[str, Container],
+    proc_root: str = "/proc",
+    read_text: Callable[[Path], str | None] = _read,
+) -> dict[str, list[GpuProcess]]:
+    """Processes per GPU UUID, each with its container when its cgroup names one
+    that Docker lists; at most MAX_PROCESSES_PER_GPU per GPU, biggest VRAM first."""
+    per_gpu: dict[str, list[GpuProcess]] = {}
+    for process in processes:
+        cgroup = read_text(Path(proc_root) / str(process.pid) / "cgroup")
+        container_id = container_id_of(cgroup) if cgroup else None
+        container = containers.get(container_id) if container_id else None
+        if container_id and container is None:
+            container = Container(container_id, container_id[:12], "")  # not (yet) listed by Docker
+        per_gpu.setdefault(process.gpu_uuid, []).append(
+            GpuProcess(process.gpu_uuid, process.pid, process.name, process.used_mib, container)
+        )
+    return {
+        uuid: sorted(found, key=lambda p: -(p.used_mib or 0))[:MAX_PROCESSES_PER_GPU]
+        for uuid, found in per_gpu.items()
+    }
