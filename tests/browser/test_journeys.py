@@ -208,8 +208,8 @@ def test_it_adds_a_claim_that_fits_and_the_page_updates_in_place(page, fleet, op
     expect(row).to_contain_text("GPU 0, GPU 1")
     expect(panel.locator(".claims-audit li").first).to_contain_text("otto claim.create train-llm: — → train-llm: GPUs")
     # The rest of the node page follows the claim (HX-Trigger: claims-changed).
-    expect(page.locator("#devices tbody tr").nth(0).locator("td").nth(5)).to_have_text("train-llm")
-    expect(page.locator("#devices tbody tr").nth(2).locator("td").nth(5)).to_have_text("—")
+    expect(page.locator("#devices tbody tr").nth(0).locator("td.col-holder")).to_have_text("train-llm")
+    expect(page.locator("#devices tbody tr").nth(2).locator("td.col-holder")).to_have_text("—")
     expect(page.locator(".node-head .facts")).to_contain_text("8 · 2 reserved · 6 free")
     assert page.evaluate("window.sameDocument") is True  # swapped in place, never reloaded
 

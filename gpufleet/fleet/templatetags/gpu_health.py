@@ -42,7 +42,7 @@ def ecc_cell(device, health: dict) -> str:
     finding = health.get("ecc")
     if finding:
         short = "errors" if finding.status == Health.FAIL else "reset pending"
-        return format_html('{}<span class="sub">{}</span>', _badge(finding, short), finding.message)
+        return format_html('<span title="{}">{}</span>', finding.message, _badge(finding, short))
     mode = device.health.get("ecc_mode")
     if mode is None:
         return _UNKNOWN
@@ -63,3 +63,9 @@ def xid_cell(device, health: dict) -> str:
     if finding and finding.status == Health.OK:
         return format_html('{} <span class="sub">acknowledged</span>', listed)
     return format_html("{} {}", _badge(finding, "Xid"), listed)
+
+
+@register.filter
+def status_is(findings, which: str) -> list:
+    """`findings|status_is:"ok"` or `:"problem"` (warn and fail), order kept."""
+    return [f for f in findings if (f.status == "ok") == (which == "ok")]
