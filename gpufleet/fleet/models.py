@@ -100,6 +100,11 @@ class Node(models.Model):
     gpus_reserved = models.PositiveIntegerField(default=0)
     # GPUs the node had but no longer reports (lost capacity until someone forgets them).
     gpus_lost = models.PositiveIntegerField(default=0)
+    # The worst finding in words ("GPU 2 (...): Hardware slowdown active ..."), for the
+    # overview's problem column, and the GPU models, for its name search: both kept
+    # on the row so the overview reads one table.
+    problem = models.CharField(max_length=300, blank=True)
+    gpu_models = models.CharField(max_length=500, blank=True)
 
     objects = NodeQuerySet.as_manager()
 

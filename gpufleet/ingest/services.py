@@ -62,6 +62,8 @@ def ingest_snapshot(data, now=None) -> IngestResult:
         _store_findings(node, findings)
         _update_node(node, snapshot, devices, now)
         node.health = gpu.Status.worst(f.status for f in findings)
+        node.problem = _problem(findings)
+        node.gpu_models = ", ".join(sorted({d.name for d in devices}))[:500]
         node.gpus_lost = len(lost)
         node.gpus_reserved = ledger.reserved
         node.save()
@@ -90,7 +92,8 @@ def _show_rejection(name: str, reason: str, now) -> None:
             },
         )
         node.health = gpu.Status.FAIL
-        node.save(update_fields=["health"])
+        node.problem = f"Rejected snapshot: {reason}"[:300]
+        node.save(update_fields=["health", "problem"])
 
 
 def _locked_node(name: str, now) -> Node:
@@ -134,6 +137,18 @@ def _central_findings(
     findings = apply_acknowledgements(node, reported, devices)
     central = [_lost_capacity_finding(lost), _overlap_finding(ledger)]
     return findings + [f for f in central if f is not None]
+
+
+def _problem(findings: list[gpu.Finding]) -> str:
+    """The worst finding in words (the first of the worst, in the doctor's order)."""
+    problems = [f for f in findings if f.status != gpu.Status.OK]
+    if not problems:
+        return ""
+    worst = max(problems, key=lambda f: gpu.Status(f.status).rank)  # max keeps the first of equals
+    text = f"{worst.name}: {worst.message}"
+    more = len(problems) - 1
+    suffix = f" (+{more} more)" if more else ""
+    return text[: 300 - len(suffix) - 1] + "…" + suffix if len(text) + len(suffix) > 300 else text + suffix
 
 
 def _overlap_finding(ledger: gpu.Ledger) -> gpu.Finding | None:

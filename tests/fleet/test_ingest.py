@@ -266,3 +266,18 @@ def test_claims_that_overlap_when_a_vanished_gpu_returns_become_a_finding(admin_
     node = Node.objects.get(name="alpha")
     overlap = node.findings.get(code="claims-overlap")
     assert node.health == "fail" and "'everything'" in overlap.message and "'pinned'" not in overlap.message
+
+
+def test_the_node_keeps_its_worst_finding_in_words_and_its_gpu_models():
+    snap = snapshot("alpha", 2)
+    snap["findings"] += [
+        {"code": "gpu1.thermal", "name": "GPU 1", "status": "warn", "message": "Running hot at 88 °C"},
+        {"code": "gpu0.ecc", "name": "GPU 0", "status": "fail", "message": "4 uncorrectable ECC errors"},
+    ]
+    ingest_snapshot(snap)
+    node = Node.objects.get(name="alpha")
+    assert node.problem == "GPU 0: 4 uncorrectable ECC errors (+1 more)"
+    assert node.gpu_models == "NVIDIA H200"
+    healthy = snapshot("alpha", 2, at=later(snap))
+    ingest_snapshot(healthy)
+    assert Node.objects.get(name="alpha").problem == ""
