@@ -10,6 +10,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", login_not_required(lambda request: HttpResponse("ok", content_type="text/plain")), name="healthz"),
     path("api/", include("gpufleet.api.urls")),
+    path("tokens/", include("gpufleet.api.token_urls")),
     path("claims/", include("gpufleet.claims.urls")),
     path("", include("gpufleet.jobs.urls")),
     path("", include("gpufleet.audit.urls")),

@@ -1,82 +1,109 @@
-"""The JSON API: nodes, devices, findings and claims; claims are writable.
+"""The JSON API: nodes, devices, findings and claims; claims are writable. Its OpenAPI
+schema is at /api/openapi.json and its docs page at /api/docs (Swagger UI from our own
+static files); both need a login, like every endpoint.
 
-Authentication is the site's session (anonymous requests get 401 JSON from the
-login middleware) and writes keep Django's CSRF check: a script logs in through
-/accounts/login/ like a browser, keeps its cookies, and sends the `csrftoken`
-cookie's value back in an `X-CSRFToken` header (every API response sets that
-cookie); over HTTPS it also sends a Referer of the site. Reads need the "view" permission, writes "edit_claims"
-(gpufleet.core.access), otherwise 403 JSON.
-
-Errors are `{"error": {"code": ..., "message": ...}}`. A refused claim carries the
-ledger's machine code: 422 when the claim itself is wrong (unknown_device,
-duplicate_device, invalid), 409 when it conflicts with the node's state or other
-claims (no_gpu, runtime_missing, device_taken, insufficient, name_taken, stale)."""
+Callers authenticate with a personal API token (`Authorization: Bearer <token>`, made on
+the site's "API tokens" page) or the site's session; see gpufleet.api.auth for the rules.
+Errors are `{"error": {"code": ..., "message": ...}}` (gpufleet.api.errors); a refused
+claim carries the ledger's machine code."""
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
-from functools import wraps
-
-from django.contrib.auth.decorators import login_not_required
 from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.middleware.csrf import get_token
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse, QueryDict
+from django.urls import reverse
 from django.views.csrf import csrf_failure as django_csrf_failure
+from ninja import NinjaAPI, Swagger
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.responses import Response
 
 from gpufleet import gpu
 from gpufleet.api import serializers
+from gpufleet.api.auth import Refused, SessionAuth, TokenAuth
+from gpufleet.api.errors import ApiError, answer, error
+from gpufleet.api.schemas import ClaimIn, ClaimUpdate
 from gpufleet.claims import services
 from gpufleet.claims.models import Claim
-from gpufleet.core.access import EDIT_CLAIMS, VIEW, can
 from gpufleet.fleet.models import Node
 
 PAGE_SIZE = 100
-_READS = ("GET", "HEAD")
-_BODY_FIELDS = {"name", "count", "device_ids"}
-# Refusals about the claim itself; everything else conflicts with the node's state.
-_UNPROCESSABLE = {"unknown_device", "duplicate_device", "invalid"}
 
 
-class BadRequest(Exception):
-    def __init__(self, status: int, code: str, message: str, field: str | None = None):
-        super().__init__(message)
-        self.status, self.code, self.message, self.field = status, code, message, field
+def _query(name: str, schema: dict) -> dict:
+    return {"in": "query", "name": name, "required": False, "schema": schema}
 
 
-def error(status: int, code: str, message: str, **extra) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message, **extra}}, status=status)
+# Query parameters the views read from request.GET themselves, declared to the schema here:
+# a bad ?page= stays 400 bad_page, and the lists' filters stay in one spot (see _claim_rows).
+PAGE = _query("page", {"type": "integer", "minimum": 1, "default": 1})
+NODE = _query("node", {"type": "string"})
+VERSION = _query("updated_at", {"type": "string"})
 
 
-def endpoint(*methods: str):
-    """Allow `methods`; reads need VIEW, writes EDIT_CLAIMS; answer every refusal in JSON."""
-    allowed = set(methods) | ({"HEAD"} if "GET" in methods else set())
+class Api(NinjaAPI):
+    def get_openapi_schema(self, **kwargs):
+        """HEAD is implied by every GET; listing it would repeat each read's operation id."""
+        schema = super().get_openapi_schema(**kwargs)
+        for operations in schema["paths"].values():
+            operations.pop("head", None)
+        return schema
 
-    def decorator(view):
-        @wraps(view)
-        def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-            if request.method not in allowed:
-                response = error(405, "method_not_allowed", f"{request.method} is not allowed here")
-                response["Allow"] = ", ".join(sorted(allowed))
-                return response
-            if not request.user.is_authenticated:
-                return error(401, "login_required", "log in first")
-            action = VIEW if request.method in _READS else EDIT_CLAIMS
-            if not can(request.user, action):
-                return error(403, "forbidden", f"your role may not {action.replace('_', ' ')}")
-            # Like @ensure_csrf_cookie: any API answer leaves the csrftoken cookie that
-            # a script sends back as X-CSRFToken on its writes.
-            get_token(request)
-            try:
-                return view(request, *args, **kwargs)
-            except BadRequest as exc:
-                extra = {"field": exc.field} if exc.field else {}
-                return error(exc.status, exc.code, exc.message, **extra)
 
-        # The API answers a missing login itself (401 JSON above), never with a redirect.
-        return login_not_required(wrapper)
+api = Api(
+    title="gpufleet API",
+    version="1",
+    description=__doc__,
+    urls_namespace="api",
+    auth=[TokenAuth(), SessionAuth()],
+    # Served by the endpoints below, behind the same login as the rest of the API.
+    openapi_url=None,
+    # No call to an outside validator: fleets are often air-gapped.
+    docs=Swagger(settings={"validatorUrl": None}),
+)
 
-    return decorator
+
+def read(path: str, name: str, **options):
+    """A read endpoint: GET, and HEAD as HTTP expects wherever GET is allowed."""
+    return api.api_operation(["GET", "HEAD"], path, url_name=name, **options)
+
+
+# --- errors ------------------------------------------------------------------
+
+
+@api.exception_handler(ApiError)
+def _api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
+    return answer(exc)
+
+
+@api.exception_handler(Refused)
+def _refused(request: HttpRequest, exc: Refused) -> HttpResponse:
+    return exc.response
+
+
+@api.exception_handler(AuthenticationError)
+def _no_login(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return error(401, "login_required", "log in first, or send an API token as Authorization: Bearer <token>")
+
+
+@api.exception_handler(HttpError)
+def _unreadable_body(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    # Apart from auth, ninja raises HttpError itself only for a body it cannot parse (400).
+    return error(exc.status_code, "bad_json", f"the request body is not valid JSON: {exc.__cause__ or exc}")
+
+
+@api.exception_handler(ValidationError)
+def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    """The first problem found; `field` is the input at fault. A body that is missing or no
+    object at all is unreadable (400), like one that is not JSON."""
+    first = exc.errors[0]
+    source, *path = first["loc"]
+    if source == "body" and len(path) == 1:
+        if first["type"] == "missing":
+            return error(400, "bad_json", "the request body is not valid JSON: it is empty")
+        return error(400, "bad_json", "the request body must be a JSON object")
+    field = str(path[1] if source == "body" else path[0])
+    return error(422, "invalid", f"{field}: {first['msg']}", field)
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
@@ -85,22 +112,42 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
         return error(
             403,
             "csrf_failed",
-            f"CSRF check failed ({reason}); send the csrftoken cookie's value in an X-CSRFToken header",
+            f"CSRF check failed ({reason}); send the csrftoken cookie's value in an X-CSRFToken header, "
+            "or use an API token",
         )
     return django_csrf_failure(request, reason=reason)
 
 
-# --- reads -----------------------------------------------------------------
+# --- schema and docs ---------------------------------------------------------
 
 
-@endpoint("GET")
+@read("/", "api-root", include_in_schema=False)
+def root(request: HttpRequest) -> HttpResponse:
+    return HttpResponseRedirect(reverse("api:docs"))
+
+
+@read("/openapi.json", "openapi-json", include_in_schema=False)
+def openapi_json(request: HttpRequest) -> HttpResponse:
+    return Response(api.get_openapi_schema())
+
+
+@read("/docs", "docs", include_in_schema=False)
+def docs(request: HttpRequest) -> HttpResponse:
+    return api.docs.render_page(request, api)
+
+
+# --- reads -------------------------------------------------------------------
+
+
+@read("/nodes/", "nodes", openapi_extra={"parameters": [PAGE]})
 def nodes(request: HttpRequest) -> HttpResponse:
     """Every node, paginated (?page=); two queries whatever the fleet size."""
-    return _paginated(request, Node.objects.order_by("name"), serializers.node_summary)
+    return _paginated(request, _node_rows(request.GET), serializers.node_summary)
 
 
-@endpoint("GET")
+@read("/nodes/{name}/", "node")
 def node(request: HttpRequest, name: str) -> HttpResponse:
+    """One node with its devices, findings, claims and ledger."""
     node = _node(name)
     devices = list(node.devices.order_by("index"))
     claims = list(node.claims.select_related("created_by"))
@@ -109,7 +156,7 @@ def node(request: HttpRequest, name: str) -> HttpResponse:
     return JsonResponse(serializers.node_detail(node, devices, findings, claims, ledger))
 
 
-@endpoint("GET")
+@read("/nodes/{name}/devices/", "node_devices")
 def node_devices(request: HttpRequest, name: str) -> HttpResponse:
     """The node's GPUs, vanished ones included (with vanished_at), and who holds each."""
     node = _node(name)
@@ -118,77 +165,104 @@ def node_devices(request: HttpRequest, name: str) -> HttpResponse:
     return JsonResponse({"node": node.name, "results": [serializers.device(d, ledger) for d in devices]})
 
 
-@endpoint("GET")
+@read("/nodes/{name}/findings/", "node_findings")
 def node_findings(request: HttpRequest, name: str) -> HttpResponse:
+    """The node's doctor findings."""
     node = _node(name)
     return JsonResponse({"node": node.name, "results": [serializers.finding(f) for f in node.findings.all()]})
 
 
-@endpoint("GET")
+@read("/claims/", "claims", openapi_extra={"parameters": [PAGE, NODE]})
 def claims(request: HttpRequest) -> HttpResponse:
     """Every claim of the fleet (?node= for one node), paginated."""
-    rows = Claim.objects.select_related("node", "created_by").order_by("node__name", "name")
-    if request.GET.get("node"):
-        rows = rows.filter(node__name=request.GET["node"])
-    return _paginated(request, rows, serializers.claim)
+    return _paginated(request, _claim_rows(request.GET), serializers.claim)
 
 
-# --- claims, writable ------------------------------------------------------
+# --- claims, writable ----------------------------------------------------------
 
 
-@endpoint("GET", "POST")
+@read("/nodes/{name}/claims/", "node_claims")
 def node_claims(request: HttpRequest, name: str) -> HttpResponse:
-    """GET: the node's claims and ledger. POST {name, count?, device_ids?}: add a claim
-    (no device ids and no count, or count 0, means every GPU)."""
+    """The node's claims and its ledger."""
     node = _node(name)
-    if request.method in _READS:
-        rows = list(node.claims.select_related("created_by"))
-        ledger = _ledger(node, list(node.devices.filter(vanished_at__isnull=True)), rows)
-        return JsonResponse(
-            {
-                "node": node.name,
-                "ledger": serializers.ledger_summary(ledger),
-                "results": [serializers.claim(c) for c in rows],
-            }
-        )
-    proposed, _ = _claim_from_body(request, allow_version=False)
+    rows = list(node.claims.select_related("created_by"))
+    ledger = _ledger(node, list(node.devices.filter(vanished_at__isnull=True)), rows)
+    return JsonResponse(
+        {"node": node.name, "ledger": serializers.ledger_summary(ledger), "results": [serializers.claim(c) for c in rows]}
+    )
+
+
+@api.post("/nodes/{name}/claims/", url_name="node_claims", response={201: dict})
+def add_claim(request: HttpRequest, name: str, body: ClaimIn) -> HttpResponse:
+    """Add a claim to the node: 201 with the claim, or the ledger's refusal."""
+    node = _node(name)
     try:
-        saved = services.save_claim(node, proposed, request.user)
+        saved = services.save_claim(node, _proposed(body), request.user)
     except services.ClaimError as exc:
-        return _refused(exc)
+        raise ApiError.from_claim_error(exc) from None
     return JsonResponse(serializers.claim(_reload(saved)), status=201)
 
 
-@endpoint("GET", "PUT", "DELETE")
+@read("/claims/{int:pk}/", "claim")
 def claim(request: HttpRequest, pk: int) -> HttpResponse:
-    """GET one claim; PUT replaces it (same body as POST, plus an optional updated_at
-    that must match, or 409 stale); DELETE removes it (optional ?updated_at=)."""
+    """One claim."""
+    return JsonResponse(serializers.claim(_claim(pk)))
+
+
+@api.put("/claims/{int:pk}/", url_name="claim")
+def replace_claim(request: HttpRequest, pk: int, body: ClaimUpdate) -> HttpResponse:
+    """Replace a claim, checked against the node's other claims."""
+    row = _claim(pk)
+    version = services.parse_version(body.updated_at)
     try:
-        row = Claim.objects.select_related("node", "created_by").get(pk=pk)
-    except Claim.DoesNotExist:
-        return error(404, "not_found", f"there is no claim {pk}")
-    if request.method in _READS:
-        return JsonResponse(serializers.claim(row))
+        saved = services.save_claim(row.node, _proposed(body), request.user, editing=row, expected_updated_at=version)
+    except services.ClaimError as exc:
+        raise ApiError.from_claim_error(exc) from None
+    return JsonResponse(serializers.claim(_reload(saved)))
+
+
+@api.delete("/claims/{int:pk}/", url_name="claim", response={204: None}, openapi_extra={"parameters": [VERSION]})
+def delete_claim(request: HttpRequest, pk: int) -> HttpResponse:
+    """Delete a claim: 204; with ?updated_at=, only if the claim is still that version."""
+    row = _claim(pk)
+    version = services.parse_version(request.GET.get("updated_at"))
     try:
-        if request.method == "PUT":
-            proposed, version = _claim_from_body(request, allow_version=True)
-            saved = services.save_claim(row.node, proposed, request.user, editing=row, expected_updated_at=version)
-            return JsonResponse(serializers.claim(_reload(saved)))
-        version = _version(request.GET.get("updated_at"))
         services.delete_claim(row, request.user, expected_updated_at=version)
     except services.ClaimError as exc:
-        return _refused(exc)
+        raise ApiError.from_claim_error(exc) from None
     return HttpResponse(status=204)
 
 
-# --- helpers ---------------------------------------------------------------
+# --- helpers -------------------------------------------------------------------
+
+
+def _node_rows(params: QueryDict) -> QuerySet[Node]:
+    """The nodes listed for the query `params`; the one spot where the fleet page's
+    FilterSet plugs in (`NodeFilter(params, queryset=rows).qs`)."""
+    return Node.objects.order_by("name")
+
+
+def _claim_rows(params: QueryDict) -> QuerySet[Claim]:
+    """The claims listed for the query `params`; the one spot where the claims page's
+    FilterSet plugs in, replacing today's ?node=."""
+    rows = Claim.objects.select_related("node", "created_by").order_by("node__name", "name")
+    if params.get("node"):
+        rows = rows.filter(node__name=params["node"])
+    return rows
 
 
 def _node(name: str) -> Node:
     try:
         return Node.objects.get(name=name)
     except Node.DoesNotExist:
-        raise BadRequest(404, "not_found", f"there is no node {name!r}") from None
+        raise ApiError(404, "not_found", f"there is no node {name!r}") from None
+
+
+def _claim(pk: int) -> Claim:
+    try:
+        return Claim.objects.select_related("node", "created_by").get(pk=pk)
+    except Claim.DoesNotExist:
+        raise ApiError(404, "not_found", f"there is no claim {pk}") from None
 
 
 def _ledger(node: Node, devices, claims) -> gpu.Ledger:
@@ -199,20 +273,18 @@ def _reload(saved: Claim) -> Claim:
     return Claim.objects.select_related("node", "created_by").get(pk=saved.pk)
 
 
-def _refused(exc: services.ClaimError) -> JsonResponse:
-    if isinstance(exc, services.ClaimGone):
-        return error(404, exc.code, exc.message)
-    return error(422 if exc.code in _UNPROCESSABLE else 409, exc.code, exc.message)
+def _proposed(body: ClaimIn) -> gpu.Claim:
+    return gpu.Claim(name=body.name, count=body.count, device_ids=tuple(str(d) for d in body.device_ids))
 
 
-def _paginated(request: HttpRequest, rows, serialize) -> JsonResponse:
+def _paginated(request: HttpRequest, rows: QuerySet, serialize) -> JsonResponse:
     paginator = Paginator(rows, PAGE_SIZE)
     try:
         page = paginator.page(request.GET.get("page") or 1)
     except PageNotAnInteger:
-        raise BadRequest(400, "bad_page", "page must be a whole number") from None
+        raise ApiError(400, "bad_page", "page must be a whole number") from None
     except EmptyPage:
-        raise BadRequest(404, "bad_page", f"there is no page {request.GET.get('page')}") from None
+        raise ApiError(404, "bad_page", f"there is no page {request.GET.get('page')}") from None
 
     def link(number: int) -> str:
         query = request.GET.copy()
@@ -229,51 +301,3 @@ def _paginated(request: HttpRequest, rows, serialize) -> JsonResponse:
             "results": [serialize(row) for row in page.object_list],
         }
     )
-
-
-def _claim_from_body(request: HttpRequest, allow_version: bool) -> tuple[gpu.Claim, datetime | None]:
-    try:
-        body = json.loads(request.body or b"")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(400, "bad_json", f"the request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise BadRequest(400, "bad_json", "the request body must be a JSON object")
-    known = _BODY_FIELDS | ({"updated_at"} if allow_version else set())
-    unknown = sorted(set(body) - known)
-    if unknown:
-        # A misspelt "device_ids" must not silently become a claim on every GPU.
-        raise BadRequest(
-            422,
-            "invalid",
-            f"unknown field(s): {', '.join(unknown)}; expected {', '.join(sorted(known))}",
-            field=unknown[0],
-        )
-    name = body.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise BadRequest(422, "invalid", "name must be a non-empty string", field="name")
-    name = name.strip()
-    if len(name) > Claim._meta.get_field("name").max_length:
-        raise BadRequest(422, "invalid", "name must be at most 100 characters", field="name")
-    count = body.get("count", 0)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise BadRequest(422, "invalid", "count must be a whole number, 0 or more (0 means every GPU)", field="count")
-    device_ids = body.get("device_ids", [])
-    if not isinstance(device_ids, list) or any(
-        isinstance(d, bool) or not isinstance(d, (str, int)) for d in device_ids
-    ):
-        raise BadRequest(422, "invalid", "device_ids must be a list of GPU indexes or UUIDs", field="device_ids")
-    if device_ids and count:
-        raise BadRequest(422, "invalid", "give either count or device_ids, not both", field="count")
-    version = _version(body.get("updated_at")) if allow_version else None
-    return gpu.Claim(name=name, count=count, device_ids=tuple(str(d) for d in device_ids)), version
-
-
-def _version(raw) -> datetime | None:
-    if raw in (None, ""):
-        return None
-    if not isinstance(raw, str):
-        raise BadRequest(422, "invalid", "updated_at must be an ISO 8601 time", field="updated_at")
-    try:
-        return datetime.fromisoformat(raw)
-    except ValueError:
-        raise BadRequest(422, "invalid", "updated_at must be an ISO 8601 time", field="updated_at") from None

@@ -276,3 +276,34 @@ def test_it_refuses_a_stale_delete_with_409(operator_client, operator, admin_use
     assert response.status_code == 409
     assert response.json()["error"]["code"] == "stale"
     assert Claim.objects.filter(pk=train.pk).exists()
+
+
+def test_it_reads_an_unreadable_version_as_stale(operator_client, operator):
+    train = claim(make_node("alpha", 4), "train", operator, count=1)
+    response = _put(operator_client, train.pk, {"name": "train", "count": 2, "updated_at": "yesterday"})
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "stale"
+    assert operator_client.delete(f"/api/claims/{train.pk}/?updated_at=soon").status_code == 409
+    assert Claim.objects.get(pk=train.pk).count == 1
+
+
+def test_it_answers_a_claim_deleted_meanwhile_with_404_gone(operator_client, operator, monkeypatch):
+    train = claim(make_node("alpha", 4), "train", operator, count=1)
+    real_save = services.save_claim
+
+    def deleted_meanwhile(node, proposed, user, editing=None, **kwargs):
+        Claim.objects.filter(pk=editing.pk).delete()
+        return real_save(node, proposed, user, editing=editing, **kwargs)
+
+    monkeypatch.setattr(services, "save_claim", deleted_meanwhile)
+    response = _put(operator_client, train.pk, {"name": "train", "count": 2})
+    assert response.status_code == 404
+    assert response.json()["error"] == {"code": "gone", "message": "This claim was deleted by someone else meanwhile."}
+
+
+def test_it_names_the_field_of_a_validation_error_in_the_error_shape(operator_client):
+    make_node("alpha", 2)
+    response = _post(operator_client, "alpha", {"name": "j", "count": 1, "device_ids": ["0"]})
+    assert response.json() == {
+        "error": {"code": "invalid", "message": "count: give either count or device_ids, not both", "field": "count"}
+    }

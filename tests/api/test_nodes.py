@@ -143,3 +143,19 @@ def test_it_answers_a_wrong_method_with_405_json(viewer_client, operator_client)
     assert response.status_code == 405
     assert response["Allow"] == "GET, HEAD"
     assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_it_answers_head_like_get_without_a_body(viewer_client):
+    make_node("alpha", 1)
+    response = viewer_client.head("/api/nodes/alpha/")
+    assert response.status_code == 200
+    assert response.content == b""
+
+
+def test_it_is_404_json_for_an_unknown_api_path(viewer_client):
+    for url in ["/api/nope/", "/api/claims/abc/"]:
+        response = viewer_client.get(url)
+        assert response.status_code == 404, url
+        assert response.json()["error"]["code"] == "not_found"
+    # Without the trailing slash Django's APPEND_SLASH redirect still comes first.
+    assert viewer_client.get("/api/nodes").status_code == 301

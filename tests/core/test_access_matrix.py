@@ -43,6 +43,11 @@ REQUIRED = {
     "api:node_claims": (VIEW, "get"),
     "api:claims": (VIEW, "get"),
     "api:claim": (VIEW, "get"),
+    "api:api-root": (VIEW, "get"),
+    "api:openapi-json": (VIEW, "get"),
+    "api:docs": (VIEW, "get"),
+    "tokens:list": (VIEW, "get"),
+    "tokens:revoke": (VIEW, "post"),
 }
 # Django's own views, with their own access rules (tested by Django).
 NOT_OURS = {"login", "logout", "healthz"}

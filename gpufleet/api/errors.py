@@ -1,0 +1,39 @@
+"""Every API error has one shape, `{"error": {"code": ..., "message": ...}}` (plus `field`
+when one input is at fault), and each refusal one status, set here."""
+
+from __future__ import annotations
+
+from django.http import JsonResponse
+
+from gpufleet.claims import services
+
+# A refused claim change, by its stable code: 422 when the claim itself is wrong, 404 when
+# it is gone, 409 (any other code) when it conflicts with the node's state or other claims.
+CLAIM_STATUS = {
+    "unknown_device": 422,
+    "duplicate_device": 422,
+    "invalid": 422,
+    services.ClaimGone.code: 404,
+}
+CONFLICT = 409
+
+
+class ApiError(Exception):
+    """Raised anywhere in the API to answer with this error."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None):
+        super().__init__(message)
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+    @classmethod
+    def from_claim_error(cls, exc: services.ClaimError) -> ApiError:
+        return cls(CLAIM_STATUS.get(exc.code, CONFLICT), exc.code, exc.message)
+
+
+def error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
+    body = {"code": code, "message": message, **({"field": field} if field else {})}
+    return JsonResponse({"error": body}, status=status)
+
+
+def answer(exc: ApiError) -> JsonResponse:
+    return error(exc.status, exc.code, exc.message, exc.field)

@@ -1,0 +1,107 @@
+"""The "API tokens" page: a user creates a token (its secret shown once, stored only as
+a digest) and revokes it; only their own; every action audited."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from django.test import Client
+
+from gpufleet.api.models import ApiToken
+from gpufleet.audit.models import AuditEntry
+
+pytestmark = pytest.mark.django_db
+
+URL = "/tokens/"
+
+
+def _create(client, name="ci", scope="read"):
+    return client.post(URL, {"name": name, "scope": scope})
+
+
+def test_it_shows_a_new_token_once_and_stores_only_its_digest(viewer_client, viewer):
+    response = _create(viewer_client, "nightly report", "read_write")
+    assert response.status_code == 200
+    secret = response.context["secret"]
+    assert secret.startswith("gpf_") and len(secret) > 40
+    assert secret in response.content.decode()
+    assert "no-store" in response["Cache-Control"]
+    token = ApiToken.objects.get()
+    assert (token.user, token.name, token.scope) == (viewer, "nightly report", "read_write")
+    assert token.digest == hashlib.sha256(secret.encode()).hexdigest()
+    stored = [str(value) for value in ApiToken.objects.values().get().values()]
+    assert secret not in stored
+    again = viewer_client.get(URL).content.decode()
+    assert "nightly report" in again and token.hint in again
+    assert secret not in again
+
+
+def test_it_audits_creating_a_token_without_the_secret(viewer_client, viewer):
+    secret = _create(viewer_client, "ci").context["secret"]
+    entry = AuditEntry.objects.get()
+    assert (entry.user, entry.action, entry.target, entry.before) == (viewer, "token.create", "ci", None)
+    assert entry.after == {"name": "ci", "scope": "read", "hint": secret[:10]}
+    assert secret not in str(entry.after)
+
+
+def test_it_rerenders_an_invalid_form_with_its_errors(viewer_client):
+    response = _create(viewer_client, "", "everything")
+    assert response.status_code == 200
+    assert response.context["form"].errors.keys() == {"name", "scope"}
+    assert response.context["secret"] is None
+    assert not ApiToken.objects.exists() and not AuditEntry.objects.exists()
+
+
+def test_it_keeps_the_csrf_check_on_the_page(viewer):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(viewer)
+    assert _create(client).status_code == 403
+    page = client.get(URL)
+    response = client.post(URL, {"name": "ci", "scope": "read", "csrfmiddlewaretoken": page.context["csrf_token"]})
+    assert response.status_code == 200 and ApiToken.objects.count() == 1
+
+
+def test_it_revokes_a_token_and_audits_it(viewer_client, viewer):
+    token, _ = ApiToken.issue(viewer, "old script", "read")
+    response = viewer_client.post(f"/tokens/{token.pk}/revoke/")
+    assert response.status_code == 302 and response["Location"] == URL
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    entry = AuditEntry.objects.get(action="token.revoke")
+    assert (entry.user, entry.target, entry.before, entry.after) == (
+        viewer,
+        "old script",
+        {"name": "old script", "scope": "read", "hint": token.hint},
+        None,
+    )
+    page = viewer_client.get(URL)
+    assert "Token old script revoked" in page.content.decode()
+    assert list(page.context["tokens"]) == []
+    assert viewer_client.post(f"/tokens/{token.pk}/revoke/").status_code == 404
+
+
+def test_it_lists_and_revokes_only_the_users_own_tokens(viewer_client, operator):
+    theirs, _ = ApiToken.issue(operator, "otto's deploy", "read_write")
+    assert "otto&#x27;s deploy" not in viewer_client.get(URL).content.decode()
+    assert viewer_client.post(f"/tokens/{theirs.pk}/revoke/").status_code == 404
+    theirs.refresh_from_db()
+    assert theirs.revoked_at is None
+    assert not AuditEntry.objects.filter(action="token.revoke").exists()
+
+
+def test_it_revokes_by_post_only(viewer_client, viewer):
+    token, _ = ApiToken.issue(viewer, "ci", "read")
+    assert viewer_client.get(f"/tokens/{token.pk}/revoke/").status_code == 405
+    token.refresh_from_db()
+    assert token.revoked_at is None
+
+
+def test_it_sends_anonymous_visitors_to_the_login_page(client):
+    response = client.get(URL)
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+def test_it_is_linked_from_the_navigation(viewer_client):
+    page = viewer_client.get(URL).content.decode()
+    assert '<a href="/tokens/" aria-current="page">API tokens</a>' in page
