@@ -10,8 +10,8 @@ from gpufleet import gpu
 from gpufleet.fleet.models import Node
 from gpufleet.ingest.services import ingest_snapshot
 from gpufleet.wire import build_snapshot
+from tests.fakes.memory import FakeDocker, host
 from tests.fakes.recorded import H200_UUIDS
-from tests.gpu.fakes import FakeDocker, host
 
 
 def gpu_uuid(node: str, index: int) -> str:

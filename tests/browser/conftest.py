@@ -85,7 +85,7 @@ def cdi_spec_snapshot(name: str, gpus: int = 8, fixes=("cdi",), at=None, **smi) 
     from gpufleet import gpu
     from gpufleet.wire import build_snapshot
     from tests.factories import smi_rows
-    from tests.gpu.fakes import FakeDocker, host
+    from tests.fakes.memory import FakeDocker, host
 
     runner = host(smi=smi_rows(name, gpus, name="NVIDIA A40", total_mib=46068, **smi),
                   ctk="NVIDIA Container Toolkit CLI version 1.18.2\ncommit: 9e88ed3\n")

@@ -1,4 +1,15 @@
-"""Recorded host outputs under tests/fakes/data/, by short name.
+"""Recorded host outputs under tests/fakes/data/, by short name: the one set of
+recordings for both fake hosts (the executables in bin/ and the in-memory runner
+in memory.py).
+
+Besides the short names below, the domain tests read these by file name:
+smi-2x-mixed-560.csv and smi-8x-h200-570.195.csv (the same hosts on other
+drivers), smi-2x-k80-util-placeholders.csv ("[Not Supported]" and "[N/A]"
+utilization), smi-1x-gh200-memory-na.csv (unified memory: no memory figures),
+smi-2x-warnings-around-rows.txt, smi-garbage-row.csv (a row that cannot be read),
+smi-8x-a40-with-units.csv (units despite nounits), and health/ (the full health
+query of several GPU families, with a header naming the fields the driver knows;
+kernel logs in each prefix format; an `nvidia-smi -L` of a MIG host).
 
 nvidia-smi files are in the format of gpufleet's own query (DESIGN.md):
 index, uuid, name, memory.total, memory.used, utilization.gpu, driver_version

@@ -22,16 +22,16 @@ from gpufleet.gpu import (
     is_cdi_spec_name,
 )
 from gpufleet.gpu.processes import COMPUTE_APPS_ARGV
+from tests.fakes.memory import CTK, DMESG, SMI, FakeDocker, exited, fixture, host
 
-from .fakes import CTK, DMESG, SMI, FakeDocker, exited, fixture, host
 from .test_health import HEALTH
 
 RUNC = ("io.containerd.runc.v2", "runc")
 NVIDIA = (*RUNC, "nvidia")
 CDI = ("nvidia.com/gpu=0", "nvidia.com/gpu=all")
 SPEC = ("/etc/cdi/nvidia.yaml",)
-MIXED = fixture("smi-2x-mixed.csv")
-CTK_1_18 = fixture("nvidia-ctk-1.18.2.txt")
+MIXED = fixture("smi-2x-mixed-560.csv")
+CTK_1_18 = fixture("ctk-1.18.2.txt")
 
 
 def diagnose(
@@ -52,7 +52,7 @@ def by_code(diagnosis: HostDiagnosis) -> dict[str, Finding]:
     [
         (None, DRIVER_HINT),
         ("", DRIVER_HINT),
-        (exited(SMI, 9, stdout=fixture("error-couldnt-communicate.exit9.txt")), "sudo modprobe nvidia"),
+        (exited(SMI, 9, stdout=fixture("smi-error-exit9.txt")), "sudo modprobe nvidia"),
     ],
 )
 def test_it_gives_one_driver_failure_without_a_gpu(smi, remedy):
@@ -91,7 +91,7 @@ def test_it_reports_a_healthy_legacy_host():
 
 
 def test_it_says_one_gpu_in_the_singular():
-    d = diagnose(smi=fixture("smi-gh200-memory-na.csv"))
+    d = diagnose(smi=fixture("smi-1x-gh200-memory-na.csv"))
     assert by_code(d)["driver"].message == "Driver 570.124.06, 1 GPU"
 
 
@@ -125,7 +125,7 @@ def test_it_warns_on_vram_use(used, total, warn_percent, status):
 
 
 def test_it_shows_memory_in_gib_and_the_level_it_crossed():
-    finding = by_code(diagnose(smi=fixture("smi-8xh200.csv")))["gpu0"]
+    finding = by_code(diagnose(smi=fixture("smi-8x-h200-570.195.csv")))["gpu0"]
     assert finding.status == "warn"
     assert (
         finding.message
@@ -155,7 +155,7 @@ def test_it_accepts_unreported_memory(row):
     [
         (CTK_1_18, "NVIDIA Container Toolkit CLI version 1.18.2", "ok"),
         (
-            fixture("nvidia-ctk-1.12.0.txt"),
+            fixture("ctk-1.12.0.txt"),
             "NVIDIA Container Toolkit CLI version 1.12.0",
             "ok",
         ),
@@ -253,7 +253,7 @@ def test_it_runs_each_command_once_on_a_driver_that_knows_every_field():
 
 
 def test_it_writes_exactly_the_doctor_json_keys():
-    d = diagnose(smi=fixture("smi-utilization-na.csv"), cdi=CDI, specs=SPEC)
+    d = diagnose(smi=fixture("smi-2x-k80-util-placeholders.csv"), cdi=CDI, specs=SPEC)
     report = d.to_dict("gpu-07")
     assert list(report) == [
         "node",
@@ -348,7 +348,7 @@ def test_it_knows_cdi_spec_file_names(name, spec):
 @pytest.mark.parametrize(
     "text, mentions",
     [
-        (fixture("cdi-nvidia-t4.yaml"), True),
+        (fixture("cdi-nvidia.yaml"), True),
         ('{"cdiVersion": "0.6.0", "kind": "nvidia.com/gpu", "devices": []}', True),
         ("cdiVersion: 0.7.0\nkind: vendor.com/net\n", False),
         ("", False),

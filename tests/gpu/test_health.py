@@ -10,7 +10,7 @@ import pytest
 
 from gpufleet import gpu
 from gpufleet.gpu import SMI_LIST_ARGV, SMI_QUERY_ARGV, DockerInfo, SmiQuery, Status, detect, diagnose_host
-from tests.gpu.fakes import DMESG, FakeDocker, exited, host, ok
+from tests.fakes.memory import DMESG, FakeDocker, exited, host, ok
 
 HEALTH = Path(__file__).resolve().parents[1] / "fakes" / "data" / "health"
 NOW = datetime(2026, 12, 3, 17, 0, tzinfo=UTC)

@@ -1,18 +1,18 @@
-"""In-memory stand-ins for the host: a Runner answering from a table, and DockerFacts."""
+"""In-memory stand-ins for the host, for the domain's tests: a Runner answering
+from a table (nvidia-smi from the recordings in data/, like the fake executable
+does) and DockerFacts. The subprocess-level fake host is fixtures.FakeHost."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from gpufleet.gpu import KERNEL_LOG_ARGV, SMI_QUERY_ARGV, TOOLKIT_ARGV, CommandResult, DockerInfo
 from tests.fakes import smi_query
-
-FIXTURES = Path(__file__).parent / "fixtures"
+from tests.fakes.recorded import DATA_DIR
 
 
 def fixture(name: str) -> str:
-    return (FIXTURES / name).read_text()
+    return (DATA_DIR / name).read_text()
 
 
 def ok(argv: Sequence[str], stdout: str) -> CommandResult:
