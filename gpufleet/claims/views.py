@@ -13,7 +13,6 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -24,10 +23,12 @@ from django_htmx.http import trigger_client_event
 from gpufleet import gpu
 from gpufleet.audit.models import AuditEntry
 from gpufleet.claims import services
+from gpufleet.claims.filters import ClaimFilter
 from gpufleet.claims.forms import ClaimForm
 from gpufleet.claims.models import Claim
 from gpufleet.core.access import EDIT_CLAIMS, VIEW, can, requires
 from gpufleet.core.htmx import render_page, wants_fragment
+from gpufleet.core.querystring import clean_query
 from gpufleet.fleet.models import Device, Node
 
 AUDIT_ROWS = 10
@@ -220,23 +221,21 @@ def _gone(request, node: Node, in_panel: bool) -> HttpResponse:
 @require_GET
 @requires(VIEW)
 def claim_list(request: HttpRequest) -> HttpResponse:
-    """Every claim in the fleet, filtered by node and searched by claim or node name."""
-    node_name = request.GET.get("node", "").strip()
-    q = request.GET.get("q", "").strip()
+    """Every claim in the fleet, filtered by node and searched by claim or node name.
+    An invalid filter value lists no claim and is shown at its field and above the
+    table, with 200 so HTMX swaps it in."""
     claims = Claim.objects.select_related("node", "created_by").order_by("node__name", "name")
-    if node_name:
-        claims = claims.filter(node__name=node_name)
-    if q:
-        claims = claims.filter(Q(name__icontains=q) | Q(node__name__icontains=q))
-    page = Paginator(claims, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
-    keep = {k: v for k, v in (("node", node_name), ("q", q)) if v}
+    claim_filter = ClaimFilter(request.GET, queryset=claims)
+    page = Paginator(claim_filter.qs, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    query = clean_query(request.GET)
+    query.pop("page", None)
     context = {
+        "filter": claim_filter,
+        "fragment": wants_fragment(request),
         "page": page,
-        "node_filter": node_name,
-        "q": q,
-        # Only nodes that hold claims: the choice stays short on a fleet of thousands.
-        "node_names": list(Node.objects.filter(claims__isnull=False).distinct().values_list("name", flat=True)),
-        "query": urlencode(keep),
+        "node_filter": claim_filter.cleaned("node"),
+        "q": claim_filter.cleaned("q"),
+        "query": query.urlencode(),
     }
     return render_page(request, "claims/claim_list.html", context, partial="claims-table")
 

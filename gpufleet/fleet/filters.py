@@ -1,24 +1,27 @@
 """The fleet overview's node filter, sort and paging.
 
-One form drives the overview page, its self-refreshing table fragment and the
-fleet exports, so a download holds exactly the nodes the table shows. Every
-figure the table needs is denormalised on Node, so the table reads one table."""
+`NodeFilter` drives the overview page, its self-refreshing table fragment and
+the fleet exports (and is built to drive the API's node list), so a download
+holds exactly the nodes the table shows. Every figure the table needs is
+denormalised on Node, so the table reads one table."""
 
 from __future__ import annotations
 
+import django_filters
 from django import forms
 from django.core.paginator import Page, Paginator
 from django.db.models import Case, F, FloatField, IntegerField, QuerySet, Value, When
 from django.db.models.functions import Cast, NullIf
+from django.utils.functional import cached_property
 
+from gpufleet.core.filters import ListFilterSet
 from gpufleet.fleet.models import Attach, FindingStatus, Health, Node
 
 PROBLEMS = "problems"
-HEALTH_CHOICES = [("", "Any health"), *Health.choices, (PROBLEMS, "Warning, failing or offline")]
-OFFLINE_CHOICES = [("", "Online and offline"), ("no", "Online only"), ("yes", "Offline only")]
+HEALTH_CHOICES = [*Health.choices, (PROBLEMS, "Warning, failing or offline")]
+OFFLINE_CHOICES = [("no", "Online only"), ("yes", "Offline only")]
 DEFAULT_PER_PAGE = 50
-# "" is the default, so an unfiltered URL and the form agree on what is shown.
-PER_PAGE_CHOICES = [("", str(DEFAULT_PER_PAGE)), ("25", "25"), ("100", "100"), ("200", "200")]
+PER_PAGE_CHOICES = [("25", "25"), ("100", "100"), ("200", "200")]
 
 # Sort key -> the expressions it orders by (ascending); "-key" sorts descending.
 # Name is always the tie-breaker so pages are stable between refreshes.
@@ -43,81 +46,88 @@ _SORTS = {
 }
 SORT_CHOICES = [(key, key) for key in _SORTS] + [(f"-{key}", f"-{key}") for key in _SORTS]
 DEFAULT_SORT = "name"
+_NARROWING = ("q", "health", "attach", "driver", "offline")
 
 
-class NodeFilterForm(forms.Form):
-    """The overview's filters as plain GET parameters (bookmarkable, and the form
-    works without JavaScript). An invalid value is ignored, not an error page."""
+class NodeFilter(ListFilterSet):
+    """The overview's filters, sort (`sort`, "-key" descending) and page size (`per`).
 
-    q = forms.CharField(required=False, max_length=200, label="Name")
-    health = forms.ChoiceField(required=False, choices=HEALTH_CHOICES)
-    attach = forms.ChoiceField(required=False, choices=[("", "Any attach mode"), *Attach.choices])
-    driver = forms.ChoiceField(required=False)
-    offline = forms.ChoiceField(required=False, choices=OFFLINE_CHOICES, label="Reporting")
-    sort = forms.ChoiceField(required=False, choices=SORT_CHOICES)
-    per = forms.ChoiceField(required=False, choices=PER_PAGE_CHOICES, label="Per page")
+    `NodeFilter(request.GET, queryset=Node.objects.all())`, then `is_valid()`,
+    `errors` and `qs` (filtered and sorted; empty while invalid)."""
 
-    def __init__(self, data=None, *, driver_versions: list[str] | None = None):
-        super().__init__(data)
-        versions = list(driver_versions if driver_versions is not None else _driver_versions())
-        wanted = (data or {}).get("driver", "")
+    q = django_filters.CharFilter(field_name="name", lookup_expr="icontains", max_length=200, label="Name")
+    health = django_filters.ChoiceFilter(choices=HEALTH_CHOICES, method="_filter_health", empty_label="Any health")
+    attach = django_filters.ChoiceFilter(choices=Attach.choices, empty_label="Any attach mode")
+    # Any version is valid, so a bookmarked one no longer in the fleet still filters
+    # (to nothing); the select only offers what the fleet runs (see __init__).
+    driver = django_filters.CharFilter(field_name="driver_version", widget=forms.Select, label="Driver")
+    offline = django_filters.ChoiceFilter(
+        choices=OFFLINE_CHOICES, method="_filter_offline", empty_label="Online and offline", label="Reporting"
+    )
+    # Sort and page size are validated like filters but applied by filter_queryset
+    # and paginate: their empty value still means something (the defaults).
+    # Hidden: the table's column headers are its control, not the filter form.
+    sort = django_filters.ChoiceFilter(
+        choices=SORT_CHOICES, method="_applied_elsewhere", empty_label=None, widget=forms.HiddenInput, label="Sort"
+    )
+    per = django_filters.ChoiceFilter(
+        choices=PER_PAGE_CHOICES, method="_applied_elsewhere", empty_label=str(DEFAULT_PER_PAGE), label="Per page"
+    )
+
+    class Meta:
+        model = Node
+        fields = ["q", "health", "attach", "driver", "offline", "sort", "per"]
+
+    def __init__(self, data=None, queryset=None, **kwargs):
+        super().__init__(data, queryset, **kwargs)
+        # A callable, so the versions are read only when the select is drawn: the
+        # table fragment, the exports and the API never pay for that query.
+        # Cached: drawing a select reads its choices more than once.
+        self.filters["driver"].extra["widget"] = forms.Select(choices=lambda: self._driver_options)
+
+    @cached_property
+    def _driver_options(self) -> list[tuple[str, str]]:
+        versions = list(
+            Node.objects.exclude(driver_version="")
+            .order_by("driver_version")
+            .values_list("driver_version", flat=True)
+            .distinct()
+        )
+        wanted = self.data.get("driver", "")
         if wanted and wanted not in versions:
-            # A bookmarked version no longer in the fleet still filters (to nothing).
+            # Shown selected, so the form says what the table is filtered by.
             versions.append(wanted)
-        self.fields["driver"].choices = [("", "Any driver"), *((v, v) for v in versions)]
+        return [("", "Any driver"), *((v, v) for v in versions)]
 
-    def value(self, name: str) -> str:
-        """The cleaned value of a field, or "" when absent or invalid."""
-        return (getattr(self, "cleaned_data", None) or {}).get(name) or ""
+    def _filter_health(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        if value == Health.OFFLINE:
+            return queryset.filter(offline=True)
+        if value == PROBLEMS:
+            return queryset.exclude(offline=False, health=Health.OK)
+        # A node that stopped reporting has no current health: never list it as ok.
+        return queryset.filter(offline=False, health=value)
+
+    def _filter_offline(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.filter(offline=value == "yes")
+
+    def _applied_elsewhere(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset
+
+    def filter_queryset(self, queryset: QuerySet) -> QuerySet:
+        return super().filter_queryset(queryset).order_by(*_ordering(self.current_sort))
 
     @property
     def current_sort(self) -> str:
-        # Not named `sort`: a class attribute of that name would replace the field.
-        return self.value("sort") or DEFAULT_SORT
+        return self.cleaned("sort") or DEFAULT_SORT
 
     @property
     def per_page(self) -> int:
-        return int(self.value("per") or DEFAULT_PER_PAGE)
+        return int(self.cleaned("per") or DEFAULT_PER_PAGE)
 
     @property
     def active(self) -> bool:
         """Whether any filter (not sort or paging) narrows the fleet."""
-        return any(self.value(name) for name in ("q", "health", "attach", "driver", "offline"))
-
-
-def _driver_versions() -> list[str]:
-    return list(
-        Node.objects.exclude(driver_version="")
-        .order_by("driver_version")
-        .values_list("driver_version", flat=True)
-        .distinct()
-    )
-
-
-def filter_nodes(params, queryset: QuerySet | None = None) -> tuple[NodeFilterForm, QuerySet]:
-    """The bound filter form and the filtered, sorted queryset for GET `params`."""
-    form = NodeFilterForm(params)
-    form.is_valid()  # invalid fields drop out of cleaned_data and so do not filter
-    nodes = queryset if queryset is not None else Node.objects.all()
-
-    if q := form.value("q").strip():
-        nodes = nodes.filter(name__icontains=q)
-    health = form.value("health")
-    if health == Health.OFFLINE:
-        nodes = nodes.filter(offline=True)
-    elif health == PROBLEMS:
-        nodes = nodes.exclude(offline=False, health=Health.OK)
-    elif health:
-        # A node that stopped reporting has no current health: never list it as ok.
-        nodes = nodes.filter(offline=False, health=health)
-    if attach := form.value("attach"):
-        nodes = nodes.filter(attach=attach)
-    if driver := form.value("driver"):
-        nodes = nodes.filter(driver_version=driver)
-    if offline := form.value("offline"):
-        nodes = nodes.filter(offline=offline == "yes")
-
-    return form, nodes.order_by(*_ordering(form.current_sort))
+        return any(self.cleaned(name) for name in _NARROWING)
 
 
 def _ordering(sort: str) -> list:
@@ -127,6 +137,7 @@ def _ordering(sort: str) -> list:
     return [first, "name"] if sort.lstrip("-") != "name" else [first]
 
 
-def paginate(queryset: QuerySet, form: NodeFilterForm, page_number) -> Page:
-    """One page of nodes; an out-of-range or junk page number gives the nearest page."""
-    return Paginator(queryset, form.per_page).get_page(page_number)
+def paginate(node_filter: NodeFilter, page_number) -> Page:
+    """One page of the filtered nodes; an out-of-range or junk page number gives
+    the nearest page."""
+    return Paginator(node_filter.qs, node_filter.per_page).get_page(page_number)

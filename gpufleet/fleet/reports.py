@@ -2,9 +2,9 @@
 
 A node report is the doctor's JSON (DESIGN.md) plus `schema_version`,
 `collected_at`, `last_seen` and the node `status`. Fleet reports take the
-overview's filtered queryset and stream: nodes are read in chunks with their
-devices and findings prefetched, so the query count grows with chunks, never
-with nodes, and nothing holds the whole fleet in memory."""
+overview's filtered queryset (`NodeFilter.qs`) and stream: nodes are read in
+chunks with their devices and findings prefetched, so the query count grows with
+chunks, never with nodes, and nothing holds the whole fleet in memory."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ drawn by the claims and jobs apps' template tags."""
 
 from __future__ import annotations
 
-from django.http import Http404, StreamingHttpResponse
+from django.http import Http404, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.utils import timezone
@@ -17,7 +17,7 @@ from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.core.querystring import clean_query
 from gpufleet.fleet import charts, reports
 from gpufleet.fleet import nodes as node_page
-from gpufleet.fleet.filters import filter_nodes, paginate
+from gpufleet.fleet.filters import NodeFilter, paginate
 from gpufleet.fleet.models import Node
 from gpufleet.fleet.summary import FleetSummary
 
@@ -28,15 +28,18 @@ from gpufleet.fleet.summary import FleetSummary
 @requires(VIEW)
 def fleet(request, partial: str = "node-table"):
     """The overview. HTMX asks for the table (filters, sort, page, refresh) at this
-    URL and for the tiles and fleet findings at fleet:summary."""
-    form, nodes = filter_nodes(request.GET)
+    URL and for the tiles and fleet findings at fleet:summary. An invalid filter
+    value lists no node and is shown at its field and above the table, with 200
+    so HTMX swaps it in."""
+    node_filter = NodeFilter(request.GET, queryset=Node.objects.all())
     query = clean_query(request.GET)
     summary_only = partial == "fleet-summary" and wants_fragment(request)
     context = {
-        "form": form,
+        "filter": node_filter,
+        "fragment": wants_fragment(request),
         "query": query,
         "table_url": _with_query(reverse("fleet:overview"), query),
-        "page": None if summary_only else paginate(nodes, form, request.GET.get("page")),
+        "page": None if summary_only else paginate(node_filter, request.GET.get("page")),
         # Queried only when a template reads it: the table fragment never does.
         "summary": FleetSummary(),
         "now": timezone.now(),
@@ -93,10 +96,14 @@ def node_report(request, name: str, fmt: str):
 @require_GET
 @requires(VIEW)
 def fleet_report(request, fmt: str):
-    """The fleet's reports for exactly the nodes the overview's filters select, streamed."""
-    _form, nodes = filter_nodes(request.GET)
+    """The fleet's reports for exactly the nodes the overview's filters select,
+    streamed. An invalid filter is a 400 naming it: a download quietly holding more
+    nodes than were asked for would be taken for the filtered one."""
+    node_filter = NodeFilter(request.GET, queryset=Node.objects.all())
+    if not node_filter.is_valid():
+        return _bad_filter(node_filter)
     only_problems = request.GET.get("only") == "problems"
-    found = reports.fleet_reports(nodes, only_problems)
+    found = reports.fleet_reports(node_filter.qs, only_problems)
     if fmt == "json":
         body = reports.fleet_json(found)
     elif fmt == "csv":
@@ -104,6 +111,11 @@ def fleet_report(request, fmt: str):
     else:
         body = reports.fleet_markdown(found, only_problems=only_problems)
     return _download(body, fmt, "gpufleet-fleet-doctor")
+
+
+def _bad_filter(node_filter: NodeFilter) -> HttpResponse:
+    lines = ["No report: these filter values are not valid.", *node_filter.error_messages()]
+    return HttpResponseBadRequest("\n".join(lines) + "\n", content_type="text/plain; charset=utf-8")
 
 
 def _download(body, fmt: str, stem: str) -> StreamingHttpResponse:

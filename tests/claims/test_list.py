@@ -66,6 +66,31 @@ def test_it_flags_claims_with_missing_gpus(viewer_client, operator):
     assert f"⚠ missing: {uuid(node, 7)}" in html
 
 
+def test_it_shows_an_invalid_search_at_its_field_and_lists_nothing(viewer_client, fleet):
+    response = viewer_client.get("/claims/?node=alpha&q=" + "x" * 201)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert _rows(html) == []
+    assert 'aria-invalid="true" aria-describedby="id_q_error" id="id_q"' in html
+    assert '<span id="id_q_error" class="error">Ensure this value has at most 200 characters (it has 201).</span>' in html
+    assert "<li>Search: Ensure this value has at most 200 characters (it has 201).</li>" in html
+    assert '<option value="alpha" selected>' in html  # the valid field is kept in the form
+
+
+def test_it_sends_filter_errors_with_the_htmx_table(viewer_client, fleet):
+    html = viewer_client.get("/claims/?q=" + "x" * 201, **HTMX).content.decode()
+    assert html.lstrip().startswith('<div id="claims-table">')
+    assert "<li>Search: Ensure this value has at most 200 characters (it has 201).</li>" in html
+    assert '<span id="id_q_error" class="error" hx-swap-oob="true">Ensure this value' in html
+    assert '<span id="id_node_error" class="error" hx-swap-oob="true"></span>' in html
+
+
+def test_it_keeps_a_bookmarked_node_without_claims(viewer_client, fleet):
+    html = viewer_client.get("/claims/?node=gone").content.decode()
+    assert _rows(html) == [] and "0 claims on gone." in html
+    assert '<option value="gone" selected>gone</option>' in html
+
+
 def test_it_gives_htmx_the_table_fragment(viewer_client, fleet):
     response = viewer_client.get("/claims/?node=alpha", **HTMX)
     html = response.content.decode()
@@ -90,3 +115,7 @@ def test_it_lists_in_fixed_queries(viewer_client, operator, django_assert_num_qu
     with django_assert_num_queries(7):
         response = viewer_client.get("/claims/")
     assert len(_rows(response.content.decode())) == min(50, nodes * per_node)
+    # The fragment does not draw the form, so it skips the node names.
+    with django_assert_num_queries(6):
+        response = viewer_client.get("/claims/?node=node-0", **HTMX)
+    assert len(_rows(response.content.decode())) == per_node

@@ -26,7 +26,7 @@ def health_badge(value: str, text: str = "") -> str:
 def sort_header(context, key: str, label: str, css: str = "") -> str:
     """A sortable column header of the overview table: a real link (works without
     JavaScript) that HTMX follows into the table, keeping the filters, back to page 1."""
-    current = context["form"].current_sort
+    current = context["filter"].current_sort
     if current == key:
         target, aria, arrow = f"-{key}", "ascending", "▲"
     elif current == f"-{key}":

@@ -1,0 +1,35 @@
+"""The audit log's filters (the page's, and built for the API's)."""
+
+from __future__ import annotations
+
+import django_filters
+
+from gpufleet.audit.models import AuditEntry
+from gpufleet.core.filters import ListFilterSet
+
+# What the apps record (gpufleet.claims.services, gpufleet.jobs.services); a new
+# action needs its line here to be filterable.
+ACTION_CHOICES = [
+    ("claim.create", "Claim added"),
+    ("claim.update", "Claim changed"),
+    ("claim.delete", "Claim deleted"),
+    ("node.diagnose", "Diagnosis asked"),
+    ("node.fix", "Fix asked"),
+    ("xid.acknowledge", "Xid errors acknowledged"),
+    ("token.create", "API token created"),
+    ("token.revoke", "API token revoked"),
+]
+
+
+class AuditFilter(ListFilterSet):
+    """`node` (exact node name, kept on the row, so deleted nodes too) and `action`.
+
+    `AuditFilter(request.GET, queryset=AuditEntry.objects.all())`, then
+    `is_valid()`, `errors` and `qs` (newest first; empty while invalid)."""
+
+    node = django_filters.CharFilter(field_name="node_name", max_length=200, label="Node")
+    action = django_filters.ChoiceFilter(choices=ACTION_CHOICES, empty_label="Any action", label="Action")
+
+    class Meta:
+        model = AuditEntry
+        fields = ["node", "action"]

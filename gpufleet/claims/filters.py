@@ -1,0 +1,53 @@
+"""The fleet-wide claims list's filters: the page's, and built for the API's list."""
+
+from __future__ import annotations
+
+import django_filters
+from django import forms
+from django.db.models import Q, QuerySet
+from django.utils.functional import cached_property
+
+from gpufleet.claims.models import Claim
+from gpufleet.core.filters import ListFilterSet
+from gpufleet.fleet.models import Node
+
+
+class ClaimFilter(ListFilterSet):
+    """`node` (exact node name) and `q` (part of the claim's or the node's name).
+
+    `ClaimFilter(request.GET, queryset=Claim.objects.all())`, then `is_valid()`,
+    `errors` and `qs` (empty while invalid)."""
+
+    # Any name is valid, so a bookmarked node that no longer holds claims still
+    # filters (to nothing); the select only offers nodes that hold some.
+    node = django_filters.CharFilter(field_name="node__name", widget=forms.Select, label="Node")
+    q = django_filters.CharFilter(
+        method="_search",
+        max_length=200,
+        label="Search",
+        widget=forms.SearchInput(attrs={"placeholder": "claim or node name"}),
+    )
+
+    class Meta:
+        model = Claim
+        fields = ["node", "q"]
+
+    def __init__(self, data=None, queryset=None, **kwargs):
+        super().__init__(data, queryset, **kwargs)
+        # A callable, so the names are read only when the select is drawn (not for
+        # the table fragment or the API); cached, as drawing reads them twice.
+        self.filters["node"].extra["widget"] = forms.Select(choices=lambda: self._node_options)
+
+    @cached_property
+    def _node_options(self) -> list[tuple[str, str]]:
+        # Only nodes that hold claims: the choice stays short on a fleet of thousands.
+        names = list(
+            Node.objects.filter(claims__isnull=False).distinct().order_by("name").values_list("name", flat=True)
+        )
+        wanted = self.data.get("node", "")
+        if wanted and wanted not in names:
+            names.append(wanted)
+        return [("", "All nodes"), *((name, name) for name in names)]
+
+    def _search(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.filter(Q(name__icontains=value) | Q(node__name__icontains=value))
