@@ -24,7 +24,9 @@ from gpufleet.api.auth import Refused, SessionAuth, TokenAuth
 from gpufleet.api.errors import ApiError, answer, error
 from gpufleet.api.schemas import ClaimIn, ClaimUpdate
 from gpufleet.claims import services
+from gpufleet.claims.filters import ClaimFilter
 from gpufleet.claims.models import Claim
+from gpufleet.fleet.filters import NodeFilter
 from gpufleet.fleet.models import Node
 
 PAGE_SIZE = 100
@@ -38,6 +40,16 @@ def _query(name: str, schema: dict) -> dict:
 # a bad ?page= stays 400 bad_page, and the lists' filters stay in one spot (see _claim_rows).
 PAGE = _query("page", {"type": "integer", "minimum": 1, "default": 1})
 NODE = _query("node", {"type": "string"})
+# The overview's filters (gpufleet.fleet.filters.NodeFilter), with the same meanings.
+NODE_FILTERS = [
+    _query("q", {"type": "string"}),
+    _query("health", {"type": "string", "enum": ["ok", "warn", "fail", "offline", "problems"]}),
+    _query("attach", {"type": "string", "enum": ["cdi", "legacy", "none"]}),
+    _query("driver", {"type": "string"}),
+    _query("offline", {"type": "string", "enum": ["yes", "no"]}),
+    _query("sort", {"type": "string"}),
+]
+CLAIM_SEARCH = _query("q", {"type": "string"})
 VERSION = _query("updated_at", {"type": "string"})
 
 
@@ -139,7 +151,7 @@ def docs(request: HttpRequest) -> HttpResponse:
 # --- reads -------------------------------------------------------------------
 
 
-@read("/nodes/", "nodes", openapi_extra={"parameters": [PAGE]})
+@read("/nodes/", "nodes", openapi_extra={"parameters": [PAGE, *NODE_FILTERS]})
 def nodes(request: HttpRequest) -> HttpResponse:
     """Every node, paginated (?page=); two queries whatever the fleet size."""
     return _paginated(request, _node_rows(request.GET), serializers.node_summary)
@@ -172,7 +184,7 @@ def node_findings(request: HttpRequest, name: str) -> HttpResponse:
     return JsonResponse({"node": node.name, "results": [serializers.finding(f) for f in node.findings.all()]})
 
 
-@read("/claims/", "claims", openapi_extra={"parameters": [PAGE, NODE]})
+@read("/claims/", "claims", openapi_extra={"parameters": [PAGE, NODE, CLAIM_SEARCH]})
 def claims(request: HttpRequest) -> HttpResponse:
     """Every claim of the fleet (?node= for one node), paginated."""
     return _paginated(request, _claim_rows(request.GET), serializers.claim)
@@ -237,18 +249,22 @@ def delete_claim(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _node_rows(params: QueryDict) -> QuerySet[Node]:
-    """The nodes listed for the query `params`; the one spot where the fleet page's
-    FilterSet plugs in (`NodeFilter(params, queryset=rows).qs`)."""
-    return Node.objects.order_by("name")
+    """The nodes for the query `params`, filtered and sorted as the overview does."""
+    return _filtered(NodeFilter(params, queryset=Node.objects.all()))
 
 
 def _claim_rows(params: QueryDict) -> QuerySet[Claim]:
-    """The claims listed for the query `params`; the one spot where the claims page's
-    FilterSet plugs in, replacing today's ?node=."""
+    """The claims for the query `params`, filtered as the claims page does."""
     rows = Claim.objects.select_related("node", "created_by").order_by("node__name", "name")
-    if params.get("node"):
-        rows = rows.filter(node__name=params["node"])
-    return rows
+    return _filtered(ClaimFilter(params, queryset=rows))
+
+
+def _filtered(filters) -> QuerySet:
+    """The list a page's FilterSet selects; an invalid value is a 400 naming it,
+    never a quietly wider list."""
+    if not filters.is_valid():
+        raise ApiError(400, "bad_filter", "; ".join(filters.error_messages()))
+    return filters.qs
 
 
 def _node(name: str) -> Node:

@@ -307,3 +307,12 @@ def test_it_names_the_field_of_a_validation_error_in_the_error_shape(operator_cl
     assert response.json() == {
         "error": {"code": "invalid", "message": "count: give either count or device_ids, not both", "field": "count"}
     }
+
+
+def test_the_claim_list_takes_the_claims_page_s_search(viewer_client, operator):
+    alpha, beta = make_node("alpha", 2), make_node("beta", 2)
+    claim(alpha, "train-llm", operator, count=1)
+    claim(beta, "infer", operator, count=1)
+    body = viewer_client.get("/api/claims/", {"q": "llm"}).json()
+    assert [c["name"] for c in body["results"]] == ["train-llm"]
+    assert [c["node"] for c in viewer_client.get("/api/claims/", {"node": "beta"}).json()["results"]] == ["beta"]

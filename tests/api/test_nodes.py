@@ -7,6 +7,7 @@ import pytest
 
 from gpufleet.api import views
 from tests.claims.helpers import claim, make_node, shrink_node, uuid
+from tests.factories import ingest
 
 pytestmark = pytest.mark.django_db
 
@@ -159,3 +160,19 @@ def test_it_is_404_json_for_an_unknown_api_path(viewer_client):
         assert response.json()["error"]["code"] == "not_found"
     # Without the trailing slash Django's APPEND_SLASH redirect still comes first.
     assert viewer_client.get("/api/nodes").status_code == 301
+
+
+def test_the_node_list_takes_the_overview_s_filters(viewer_client, make_fleet):
+    make_fleet(3, prefix="gpu")
+    ingest("cpu-01", 0)
+    body = viewer_client.get("/api/nodes/", {"health": "fail"}).json()
+    assert [n["name"] for n in body["results"]] == ["cpu-01"]
+    body = viewer_client.get("/api/nodes/", {"q": "gpu", "sort": "-name"}).json()
+    assert [n["name"] for n in body["results"]] == ["gpu-02", "gpu-01", "gpu-00"]
+
+
+def test_an_invalid_filter_is_a_400_naming_it(viewer_client, make_fleet):
+    make_fleet(2)
+    response = viewer_client.get("/api/nodes/", {"health": "purple"})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "bad_filter" and "health" in response.json()["error"]["message"]
