@@ -10,7 +10,7 @@ from __future__ import annotations
 import django_filters
 from django import forms
 from django.core.paginator import Page, Paginator
-from django.db.models import Case, F, FloatField, IntegerField, QuerySet, Value, When
+from django.db.models import Case, F, FloatField, IntegerField, Q, QuerySet, Value, When
 from django.db.models.functions import Cast, NullIf
 from django.utils.functional import cached_property
 
@@ -55,7 +55,7 @@ class NodeFilter(ListFilterSet):
     `NodeFilter(request.GET, queryset=Node.objects.all())`, then `is_valid()`,
     `errors` and `qs` (filtered and sorted; empty while invalid)."""
 
-    q = django_filters.CharFilter(field_name="name", lookup_expr="icontains", max_length=200, label="Name")
+    q = django_filters.CharFilter(method="_filter_q", max_length=200, label="Name or GPU")
     health = django_filters.ChoiceFilter(choices=HEALTH_CHOICES, method="_filter_health", empty_label="Any health")
     attach = django_filters.ChoiceFilter(choices=Attach.choices, empty_label="Any attach mode")
     # Any version is valid, so a bookmarked one no longer in the fleet still filters
@@ -112,6 +112,11 @@ class NodeFilter(ListFilterSet):
 
     def _applied_elsewhere(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return queryset
+
+    def _filter_q(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        # "h100" finds the nodes with H100s as well as those named so.
+        value = value.strip()
+        return queryset.filter(Q(name__icontains=value) | Q(gpu_models__icontains=value)) if value else queryset
 
     def filter_queryset(self, queryset: QuerySet) -> QuerySet:
         return super().filter_queryset(queryset).order_by(*_ordering(self.current_sort))

@@ -70,12 +70,24 @@ class FleetSummary:
     @cached_property
     def findings(self) -> list[FleetFinding]:
         found = [
+            self._problems(Health.FAIL, "failing"),
+            self._problems(Health.WARN, "with warnings"),
             self._offline(),
             self._drift("driver_version", "driver", "Driver versions differ across nodes"),
             self._drift("toolkit_version", "", "Container toolkit versions differ across nodes", toolkit_short),
             self._vanished(),
         ]
         return [f for f in found if f is not None]
+
+    def _problems(self, health: Health, words: str) -> FleetFinding | None:
+        """Online nodes of one health, each with its worst finding in words."""
+        count = self.tiles["failing" if health == Health.FAIL else "warning"]
+        if not count:
+            return None
+        nodes = Node.objects.filter(_ONLINE, health=health).order_by("name").only("name", "problem", "health")[:LIST_LIMIT]
+        items = [Item(f"{n.name}: {n.problem or n.get_health_display()}", node=n.name) for n in nodes]
+        title = f"{count} node{'s' if count != 1 else ''} {words}"
+        return FleetFinding(f"nodes_{health}", health, title, items, max(0, count - len(items)))
 
     def _offline(self) -> FleetFinding | None:
         count = self.tiles["nodes_offline"]

@@ -233,11 +233,11 @@ def test_it_refuses_post(operator_client, make_fleet):
 # Query counts must not grow with the fleet. Every request: session, user,
 # permissions (user, groups). Then the filter form's driver versions (full page
 # only: the fragments do not draw the form); the table: count, page; the summary:
-# tiles, offline nodes, driver and toolkit drift, vanished GPUs, claims naming
-# missing GPUs.
-FULL_PAGE_QUERIES = 13
+# tiles, failing and warning nodes' problems, offline nodes, driver and toolkit
+# drift, vanished GPUs, claims naming missing GPUs.
+FULL_PAGE_QUERIES = 15
 TABLE_QUERIES = 6
-SUMMARY_QUERIES = 10
+SUMMARY_QUERIES = 12
 
 
 @pytest.mark.django_db
@@ -246,8 +246,8 @@ def test_it_reads_a_fixed_number_of_queries(viewer_client, make_fleet, django_as
     nodes = make_fleet(size)
     # Something for every fleet finding, so each of their queries runs.
     Node.objects.filter(pk=nodes[0].pk).update(offline=True, driver_version="550.54.15")
-    Node.objects.filter(pk=nodes[1].pk).update(driver_version="550.54.15", toolkit_version="v 1.17.0")
-    ingest(nodes[2].name, 1, at=timezone.now() + timedelta(seconds=5))
+    Node.objects.filter(pk=nodes[1].pk).update(driver_version="550.54.15", toolkit_version="v 1.17.0", health="warn")
+    ingest(nodes[2].name, 1, at=timezone.now() + timedelta(seconds=5))  # lost a GPU: failing
     Claim.objects.create(node=nodes[2], name="train", device_ids=["9"], missing_devices=["9"])
 
     with django_assert_num_queries(FULL_PAGE_QUERIES):
