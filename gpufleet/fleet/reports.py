@@ -22,7 +22,14 @@ from gpufleet.fleet.models import Device, Finding, FindingStatus, Health, Node
 REPORT_SCHEMA_VERSION = 1
 CHUNK_SIZE = 200
 PROBLEM_STATUSES = (FindingStatus.WARN, FindingStatus.FAIL)
-CSV_COLUMNS = ("node", "code", "name", "status", "message", "fix")
+# A finding row fills the first six columns; a device row ("row" = device) names
+# the GPU in `code`/`name` and fills the GPU columns after `row`. New columns go at
+# the end, so readers of the first six keep working.
+DEVICE_CSV_COLUMNS = (
+    "index", "uuid", "pci_bus_id", "vram_total_mib", "vram_used_mib", "utilization_percent", "temperature_c",
+    "power_draw_w", "power_limit_w", "ecc_uncorrected_volatile", "throttle_reasons", "xid_errors", "processes",
+)
+CSV_COLUMNS = ("node", "code", "name", "status", "message", "fix", "row", *DEVICE_CSV_COLUMNS)
 FORMATS = {
     "json": "application/json",
     "csv": "text/csv; charset=utf-8",
@@ -106,14 +113,27 @@ class _Echo:
         return value
 
 
-def csv_rows(reports: Iterable[dict]) -> Iterator[str]:
-    """One row per finding: node, code, name, status, message, fix."""
+def csv_rows(reports: Iterable[dict], with_devices: bool = True) -> Iterator[str]:
+    """One row per finding (node, code, name, status, message, fix), then, with
+    `with_devices`, one per GPU with its health figures."""
     writer = csv.writer(_Echo())
     yield writer.writerow(CSV_COLUMNS)
     for report in reports:
         for f in report["findings"]:
-            row = (report["node"], f["code"], f["name"], f["status"], f["message"], f.get("fix", ""))
+            row = (report["node"], f["code"], f["name"], f["status"], f["message"], f.get("fix", ""), "finding")
             yield writer.writerow([safe_cell(cell) for cell in row])
+        for d in report["devices"] if with_devices else ():
+            yield writer.writerow([safe_cell(cell) for cell in _device_row(report["node"], d)])
+
+
+def _device_row(node: str, d: dict) -> list:
+    values = {
+        **d,
+        "throttle_reasons": " ".join(d.get("throttle_reasons") or ()),
+        "xid_errors": " ".join(f"{x['xid']}x{x['count']}" for x in d.get("xid_errors") or ()),
+        "processes": len(d.get("processes") or ()),
+    }
+    return [node, f"gpu{d['index']}", d["name"], "", "", "", "device", *(values.get(c) for c in DEVICE_CSV_COLUMNS)]
 
 
 # --- Markdown ---------------------------------------------------------------

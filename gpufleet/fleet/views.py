@@ -87,7 +87,7 @@ def node_report(request, name: str, fmt: str):
     if fmt == "json":
         body = reports.node_json(report)
     elif fmt == "csv":
-        body = reports.csv_rows([report])
+        body = reports.csv_rows([report], with_devices=not only_problems)
     else:
         body = reports.node_markdown_doc(report, only_problems)
     return _download(body, fmt, f"gpufleet-{node.name}-doctor")
@@ -107,7 +107,7 @@ def fleet_report(request, fmt: str):
     if fmt == "json":
         body = reports.fleet_json(found)
     elif fmt == "csv":
-        body = reports.csv_rows(found)
+        body = reports.csv_rows(found, with_devices=not only_problems)
     else:
         body = reports.fleet_markdown(found, only_problems=only_problems)
     return _download(body, fmt, "gpufleet-fleet-doctor")

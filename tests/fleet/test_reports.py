@@ -9,7 +9,8 @@ from django.urls import reverse
 
 from gpufleet.fleet.models import Finding, Node
 from gpufleet.fleet.reports import safe_cell
-from tests.factories import ingest
+from gpufleet.ingest.services import ingest_snapshot
+from tests.factories import ingest, snapshot
 from tests.fleet.test_commands import DEVICE_KEYS as DOCTOR_DEVICE_KEYS
 
 DOCTOR_KEYS = {
@@ -62,8 +63,9 @@ def test_it_exports_csv_one_row_per_finding_guarded(viewer_client, alpha):
     response = viewer_client.get("/nodes/alpha/report.csv")
     assert response["Content-Type"] == "text/csv; charset=utf-8"
     rows = list(csv.reader(io.StringIO(_body(response))))
-    assert rows[0] == ["node", "code", "name", "status", "message", "fix"]
-    assert len(rows) - 1 == alpha.findings.count()
+    assert rows[0][:7] == ["node", "code", "name", "status", "message", "fix", "row"]
+    assert sum(row[6] == "finding" for row in rows[1:]) == alpha.findings.count()
+    assert sum(row[6] == "device" for row in rows[1:]) == 8
     by_code = {row[1]: row for row in rows[1:]}
     assert by_code["driver"][2] == "'+sum" and by_code["driver"][4] == "'=HYPERLINK(\"http://evil\")"
     assert by_code["attach"][4] == "'@cmd" and by_code["attach"][5] == "'-2+3"
@@ -153,7 +155,7 @@ def test_it_leaves_healthy_nodes_out_of_fleet_problem_reports(viewer_client):
 def test_it_exports_the_fleet_as_csv_and_markdown(viewer_client, make_fleet):
     make_fleet(3)
     rows = list(csv.reader(io.StringIO(_body(viewer_client.get("/report.csv")))))
-    assert rows[0] == ["node", "code", "name", "status", "message", "fix"]
+    assert rows[0][:6] == ["node", "code", "name", "status", "message", "fix"]
     assert {row[0] for row in rows[1:]} == {"node-00", "node-01", "node-02"}
     text = _body(viewer_client.get("/report.md?only=problems"))
     assert text.startswith("# gpufleet doctor report (warnings and failures only)")
@@ -189,3 +191,18 @@ def test_it_streams_the_fleet_in_fixed_queries(viewer_client, make_fleet, django
 def test_it_reads_a_node_report_in_fixed_queries(viewer_client, alpha, django_assert_num_queries):
     with django_assert_num_queries(7):  # session, user, permissions (2), node, devices, findings
         _body(viewer_client.get("/nodes/alpha/report.json"))
+
+
+
+@pytest.mark.django_db
+def test_the_csv_has_a_row_per_gpu_with_its_health(viewer_client):
+    snap = snapshot("alpha", 2)
+    snap["devices"][1].update(temperature_c=92, power_draw_w=612.5, throttle_reasons=["hw_thermal_slowdown"],
+                              xid_errors=[{"xid": 79, "count": 2, "last_seen": None, "description": "fell off"}])
+    ingest_snapshot(snap)
+    rows = list(csv.DictReader(io.StringIO(_body(viewer_client.get("/nodes/alpha/report.csv")))))
+    gpu1 = next(r for r in rows if r["row"] == "device" and r["index"] == "1")
+    assert (gpu1["code"], gpu1["temperature_c"], gpu1["power_draw_w"]) == ("gpu1", "92", "612.5")
+    assert gpu1["throttle_reasons"] == "hw_thermal_slowdown" and gpu1["xid_errors"] == "79x2"
+    problems = list(csv.DictReader(io.StringIO(_body(viewer_client.get("/nodes/alpha/report.csv?only=problems")))))
+    assert not [r for r in problems if r["row"] == "device"]
