@@ -143,12 +143,6 @@ class FakeDockerEngine:
         with self._lock:
             return self.endpoints[endpoint]
 
-    def reset_counts(self) -> None:
-        with self._lock:
-            self.requests.clear()
-            self.endpoints.clear()
-            self.log.clear()
-
     def _record(self, method: str, path: str, endpoint: str) -> None:
         with self._lock:
             self.requests[path] += 1

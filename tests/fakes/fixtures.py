@@ -27,7 +27,6 @@ from .recorded import (
     BIN_DIR,
     CDI_SPEC,
     CTK_OUTPUTS,
-    DATA_DIR,
     SMI_ERROR_EXIT,
     data_path,
 )
@@ -177,10 +176,11 @@ class FakeHost:
         stderr: str | os.PathLike[str] | None = None,
         stream: str = "stdout",
     ) -> None:
-        """nvidia-smi prints a recorded output: a name of recorded.SMI_OUTPUTS ("h200", "a40",
-        "mixed", "util-na", "util-not-supported", "memory-na", "warnings", "garbage", "empty",
-        "error-9", "error-18"), a file path, or None (nothing). Error names exit with their
-        code (9, 18) unless exit_code is given; stream="stderr" prints the output there."""
+        """nvidia-smi prints a recorded output: a short name of recorded.SMI_OUTPUTS ("h200",
+        "a40", "mixed", "util-na", "memory-na", "warnings", "garbage-row", "empty", "error-9",
+        "error-18") or a file name under data/, a file path, or None (nothing). Error names
+        exit with their code (9, 18) unless exit_code is given; stream="stderr" prints the
+        output there."""
         if exit_code is None:
             exit_code = SMI_ERROR_EXIT.get(output, 0) if isinstance(output, str) else 0
         text = self._resolve(output)
@@ -267,16 +267,12 @@ class FakeHost:
     def docker(self, payload: str | dict[str, Any] = "nvidia-cdi") -> None:
         """Docker answers /info with a payload: a name of recorded.DOCKER_PAYLOADS
         ("nvidia-cdi", "nvidia-runtime", "nvidia-cdi-empty", "cdi-only", "no-nvidia") or a
-        dict. Also undoes docker_slow/docker_error/docker_garbage/docker_unreachable."""
+        dict. Also undoes docker_error/docker_garbage/docker_unreachable."""
         self.engine.info = (
             _docker_payload(payload) if isinstance(payload, str) else payload
         )
         self.engine.delay, self.engine.status, self.engine.body = 0.0, 200, None
         self._mp.setenv("DOCKER_HOST", self.engine.url)
-
-    def docker_slow(self, delay: float) -> None:
-        """/info answers only after `delay` seconds."""
-        self.engine.delay = delay
 
     def docker_error(
         self, status: int = 500, message: str = "fake daemon error"
@@ -312,7 +308,7 @@ class FakeHost:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / name
         if content is None:
-            shutil.copyfile(DATA_DIR / CDI_SPEC, path)
+            shutil.copyfile(data_path(CDI_SPEC), path)
         else:
             path.write_text(content)
         return path

@@ -1,6 +1,7 @@
 """In-memory stand-ins for the host, for the domain's tests: a Runner answering
-from a table (nvidia-smi from the recordings in data/, like the fake executable
-does) and DockerFacts. The subprocess-level fake host is fixtures.FakeHost."""
+from a table (nvidia-smi's query answered from a recording as the fake executable
+answers it, smi_query.py) and DockerFacts. Recordings are read with
+recorded.recording; the subprocess-level fake host is fixtures.FakeHost."""
 
 from __future__ import annotations
 
@@ -8,11 +9,6 @@ from collections.abc import Sequence
 
 from gpufleet.gpu import KERNEL_LOG_ARGV, SMI_QUERY_ARGV, TOOLKIT_ARGV, CommandResult, DockerInfo
 from tests.fakes import smi_query
-from tests.fakes.recorded import DATA_DIR
-
-
-def fixture(name: str) -> str:
-    return (DATA_DIR / name).read_text()
 
 
 def ok(argv: Sequence[str], stdout: str) -> CommandResult:

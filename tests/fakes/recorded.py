@@ -1,24 +1,23 @@
-"""Recorded host outputs under tests/fakes/data/, by short name: the one set of
-recordings for both fake hosts (the executables in bin/ and the in-memory runner
-in memory.py).
+"""Recorded host outputs under tests/fakes/data/: the one set of recordings and its index,
+read by both fake hosts (the executables in bin/ through FakeHost, the in-memory runner
+in memory.py) and by the domain tests, always through `data_path` / `recording`.
 
-Besides the short names below, the domain tests read these by file name:
-smi-2x-mixed-560.csv and smi-8x-h200-570.195.csv (the same hosts on other
-drivers), smi-2x-k80-util-placeholders.csv ("[Not Supported]" and "[N/A]"
-utilization), smi-1x-gh200-memory-na.csv (unified memory: no memory figures),
-smi-2x-warnings-around-rows.txt, smi-garbage-row.csv (a row that cannot be read),
-smi-8x-a40-with-units.csv (units despite nounits), and health/ (the full health
-query of several GPU families, with a header naming the fields the driver knows;
-kernel logs in each prefix format; an `nvidia-smi -L` of a MIG host).
-
-nvidia-smi files are in the format of gpufleet's own query (DESIGN.md):
-index, uuid, name, memory.total, memory.used, utilization.gpu, driver_version
-with --format=csv,noheader,nounits.
+- `smi-*`: rows of gpufleet's own query (DESIGN.md),
+  `nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu,driver_version
+  --format=csv,noheader,nounits`. The 8x H200 and 8x A40 memory and utilization figures are
+  from real hosts; the A40 file keeps the units (`46068 MiB`, `76 %`) that some hosts print
+  despite `nounits`. Each file is described in SMI_OUTPUTS below.
+- `smi-error-exitN.txt`: what nvidia-smi prints when it fails, with its exit code in the name.
+- `ctk-*.txt`: `nvidia-ctk --version`; the first line is the version.
+- `cdi-nvidia.yaml`: a spec written by `nvidia-ctk cdi generate` (T4, lists shortened).
+- `docker-info-*.json`: Docker Engine `/info` bodies, see `docker_payload`.
+- `health/`: the full health query of several GPU families (a header row names the fields
+  that driver knows, see smi_query.py; `.exitN` in a name is nvidia-smi's exit code), kernel
+  logs in each dmesg prefix format (and a refused read), an `nvidia-smi -L` of a MIG host.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -26,15 +25,15 @@ from typing import Any
 DATA_DIR = Path(__file__).resolve().parent / "data"
 BIN_DIR = Path(__file__).resolve().parent / "bin"
 
+#: short name -> recorded nvidia-smi output (FakeHost.smi takes either)
 SMI_OUTPUTS: dict[str, str] = {
-    "h200": "smi-8x-h200.csv",  # 8x NVIDIA H200, 143771 MiB, driver 570.133.20
-    "a40": "smi-8x-a40.csv",  # 8x NVIDIA A40, 46068 MiB, driver 550.127.08
-    "mixed": "smi-2x-mixed.csv",  # RTX 4080 SUPER + RTX 3090, driver 550.120
-    "util-na": "smi-util-na.csv",  # 2x H200, GPU 0 utilization "[N/A]"
-    "util-not-supported": "smi-util-not-supported.csv",  # 1x H200, "[Not Supported]"
-    "memory-na": "smi-memory-na.csv",  # 2x H200, GPU 1 memory.used "[N/A]" -> parse error
-    "warnings": "smi-warnings.csv",  # 2x H200 rows between "WARNING: infoROM ..." lines
-    "garbage": "smi-garbage.txt",  # not CSV (HTML, control bytes, a 2-field row)
+    "h200": "smi-8x-h200.csv",  # 8x NVIDIA H200, driver 570.195.03; GPU 0 at 90.4 % VRAM, GPU 7 idle
+    "a40": "smi-8x-a40-with-units.csv",  # 8x NVIDIA A40, driver 550.127.05, values with units
+    "mixed": "smi-2x-mixed.csv",  # RTX 4080 SUPER + RTX 3090, driver 560.35.03
+    "util-na": "smi-2x-k80-util-placeholders.csv",  # 2x K80: "[Not Supported]" and "[N/A]" utilization
+    "memory-na": "smi-1x-gh200-memory-na.csv",  # 1x GH200 (unified memory): memory "[N/A]"
+    "warnings": "smi-2x-warnings-around-rows.txt",  # the mixed pair between "WARNING: ..." lines
+    "garbage-row": "smi-garbage-row.csv",  # the mixed pair, row 2 memory.total "lots"
     "empty": "smi-empty.txt",  # nothing at all
     "error-9": "smi-error-exit9.txt",  # "couldn't communicate with the NVIDIA driver" (exit 9)
     "error-18": "smi-error-exit18.txt",  # "Driver/library version mismatch" (exit 18)
@@ -50,25 +49,24 @@ CTK_OUTPUTS: dict[str, str] = {
 
 CDI_SPEC = "cdi-nvidia.yaml"  # nvidia-ctk cdi generate output (T4, trimmed)
 
-H200_UUIDS: tuple[str, ...] = (
-    "GPU-a44622e3-2296-6285-0a86-84d0f6c67900",
-    "GPU-4f31bb83-f8dc-d0af-029e-bc4356e6afeb",
-    "GPU-4e9e74b7-4977-f04d-3af3-ccfe5f570e90",
-    "GPU-02dbe542-8a6f-11a4-7c2a-486b7d4e9092",
-    "GPU-cb449822-5571-be90-8303-e7558da3ea66",
-    "GPU-8e137fa6-c3d9-6980-7733-0d8df296756e",
-    "GPU-d9337494-6060-1440-039f-4654245b5764",
-    "GPU-28780eb0-24d5-1f13-59b8-ae5c23617a72",
-)
-
 
 def data_path(name: str) -> Path:
-    """Path of a recorded file: a short name from SMI_OUTPUTS/CTK_OUTPUTS or a file name."""
+    """Path of a recorded file: a short name from SMI_OUTPUTS/CTK_OUTPUTS or a path
+    under data/ ("smi-8x-h200.csv", "health/kernel-iso.txt")."""
     file = SMI_OUTPUTS.get(name) or CTK_OUTPUTS.get(name) or name
     path = DATA_DIR / file
     if not path.is_file():
         raise KeyError(f"no recorded output {name!r} in {DATA_DIR}")
     return path
+
+
+def recording(name: str) -> str:
+    """The text of a recorded file (a name as `data_path` takes it)."""
+    return data_path(name).read_text()
+
+
+#: the UUIDs of the recorded H200 host, GPU 0 first
+H200_UUIDS: tuple[str, ...] = tuple(row.split(", ")[1] for row in recording("h200").splitlines())
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -110,7 +108,3 @@ DOCKER_PAYLOADS = (
     "cdi-only",
     "no-nvidia",
 )
-
-
-def copy_payload(payload: dict[str, Any]) -> dict[str, Any]:
-    return copy.deepcopy(payload)

@@ -15,6 +15,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from gpufleet.fleet.models import Node
+from tests.fakes.recorded import DATA_DIR
 
 REPO = Path(__file__).resolve().parents[2]
 DOCTOR_KEYS = [
@@ -65,7 +66,7 @@ def test_it_reports_an_8_gpu_cdi_host_in_the_documented_keys(fake_host, capsys, 
     assert all(_finding(report, c)["status"] == "ok" for c in ("driver", "toolkit", "cdi", "runtime", "attach"))
 
 
-HEALTH = Path(__file__).resolve().parents[1] / "fakes" / "data" / "health"
+HEALTH = DATA_DIR / "health"
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,8 @@ from gpufleet.gpu import (
     detect,
     parse_smi,
 )
-from tests.fakes.memory import SMI, exited, failed, fixture, host
+from tests.fakes.memory import SMI, exited, failed, host
+from tests.fakes.recorded import recording
 
 H200_UUID_0 = "GPU-a44622e3-2296-6285-0a86-84d0f6c67900"
 
@@ -28,7 +29,7 @@ def test_it_falls_back_to_the_seven_reference_fields_without_header_or_units():
 
 
 def test_it_parses_8x_h200():
-    driver, devices = parse_smi(fixture("smi-8x-h200-570.195.csv"))
+    driver, devices = parse_smi(recording("smi-8x-h200.csv"))
     assert driver == "570.195.03"
     assert [d.index for d in devices] == list(range(8))
     assert devices[0] == Device(0, H200_UUID_0, "NVIDIA H200", 143771, 130013, 100)
@@ -37,7 +38,7 @@ def test_it_parses_8x_h200():
 
 
 def test_it_parses_values_that_carry_units():
-    driver, devices = parse_smi(fixture("smi-8x-a40-with-units.csv"))
+    driver, devices = parse_smi(recording("smi-8x-a40-with-units.csv"))
     assert driver == "550.127.05"
     assert len(devices) == 8
     assert {d.name for d in devices} == {"NVIDIA A40"}
@@ -55,7 +56,7 @@ def test_it_parses_values_that_carry_units():
 
 
 def test_it_parses_a_mixed_pair():
-    driver, devices = parse_smi(fixture("smi-2x-mixed-560.csv"))
+    driver, devices = parse_smi(recording("smi-2x-mixed.csv"))
     assert driver == "560.35.03"
     assert [d.name for d in devices] == [
         "NVIDIA GeForce RTX 4080 SUPER",
@@ -65,13 +66,13 @@ def test_it_parses_a_mixed_pair():
 
 
 def test_it_reads_placeholder_utilization_as_unknown():
-    _, devices = parse_smi(fixture("smi-2x-k80-util-placeholders.csv"))
+    _, devices = parse_smi(recording("smi-2x-k80-util-placeholders.csv"))
     assert [d.utilization_percent for d in devices] == [None, None]
     assert [d.vram_used_mib for d in devices] == [0, 10]
 
 
 def test_it_keeps_a_gpu_whose_memory_is_not_reported():
-    driver, devices = parse_smi(fixture("smi-1x-gh200-memory-na.csv"))
+    driver, devices = parse_smi(recording("smi-1x-gh200-memory-na.csv"))
     assert driver == "570.124.06"
     assert devices == [
         Device(
@@ -86,14 +87,14 @@ def test_it_keeps_a_gpu_whose_memory_is_not_reported():
 
 
 def test_it_skips_warnings_around_good_rows():
-    driver, devices = parse_smi(fixture("smi-2x-warnings-around-rows.txt"))
+    driver, devices = parse_smi(recording("smi-2x-warnings-around-rows.txt"))
     assert driver == "560.35.03"
     assert [d.index for d in devices] == [0, 1]
 
 
 def test_it_names_the_row_it_cannot_read():
     with pytest.raises(SmiParseError) as caught:
-        parse_smi(fixture("smi-garbage-row.csv"))
+        parse_smi(recording("smi-garbage-row.csv"))
     assert caught.value.row == 2
     assert "row 2" in str(caught.value)
     assert "GeForce RTX 3090, lots" in str(caught.value)
@@ -214,7 +215,7 @@ def test_it_tells_usable_and_hint(present, runtime, cdi, usable, hint):
 
 
 def test_it_detects_gpus_and_the_runtime():
-    runner = host(smi=fixture("smi-8x-h200-570.195.csv"))
+    runner = host(smi=recording("smi-8x-h200.csv"))
     docker = DockerInfo(runtimes=("io.containerd.runc.v2", "NVIDIA", "runc"))
     info = detect(runner, docker)
     assert info.present
@@ -238,7 +239,7 @@ def test_it_detects_gpus_and_the_runtime():
     ],
 )
 def test_it_compares_runtime_names_case_insensitively(runtimes, installed):
-    info = detect(host(smi=fixture("smi-2x-mixed-560.csv")), DockerInfo(runtimes=runtimes))
+    info = detect(host(smi=recording("smi-2x-mixed.csv")), DockerInfo(runtimes=runtimes))
     assert info.runtime_installed is installed
 
 
@@ -251,7 +252,7 @@ def test_it_keeps_only_nvidia_gpu_cdi_devices():
             "nvidia.com/gds=all",
         )
     )
-    info = detect(host(smi=fixture("smi-2x-mixed-560.csv")), docker)
+    info = detect(host(smi=recording("smi-2x-mixed.csv")), docker)
     assert info.cdi_devices == ("nvidia.com/gpu=0", "nvidia.com/gpu=all")
     assert info.usable
 
@@ -266,22 +267,22 @@ def test_it_keeps_only_nvidia_gpu_cdi_devices():
         ),
         (failed(SMI, "permission denied"), "nvidia-smi: permission denied"),
         (
-            exited(SMI, 9, stdout=fixture("smi-error-exit9.txt")),
+            exited(SMI, 9, stdout=recording("smi-error-exit9.txt")),
             (
                 "nvidia-smi exited with code 9: NVIDIA-SMI has failed because it couldn't communicate"
                 " with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."
             ),
         ),
         (
-            exited(SMI, 18, stderr=fixture("smi-error-exit18.txt")),
+            exited(SMI, 18, stderr=recording("smi-error-exit18.txt")),
             "nvidia-smi exited with code 18: Failed to initialize NVML: Driver/library version mismatch",
         ),
         (
             exited(
                 SMI,
                 18,
-                stdout=fixture("smi-error-exit18.txt"),
-                stderr=fixture("smi-error-exit18.txt"),
+                stdout=recording("smi-error-exit18.txt"),
+                stderr=recording("smi-error-exit18.txt"),
             ),
             "nvidia-smi exited with code 18: Failed to initialize NVML: Driver/library version mismatch",
         ),
@@ -289,7 +290,7 @@ def test_it_keeps_only_nvidia_gpu_cdi_devices():
         ("", "nvidia-smi listed no GPUs"),
         ("No devices were found\n", "nvidia-smi listed no GPUs: No devices were found"),
         (
-            fixture("smi-garbage-row.csv"),
+            recording("smi-garbage-row.csv"),
             "nvidia-smi output could not be read: row 2: memory.total 'lots' is not a number",
         ),
     ],

@@ -22,16 +22,15 @@ from gpufleet.gpu import (
     is_cdi_spec_name,
 )
 from gpufleet.gpu.processes import COMPUTE_APPS_ARGV
-from tests.fakes.memory import CTK, DMESG, SMI, FakeDocker, exited, fixture, host
-
-from .test_health import HEALTH
+from tests.fakes.memory import CTK, DMESG, SMI, FakeDocker, exited, host
+from tests.fakes.recorded import recording
 
 RUNC = ("io.containerd.runc.v2", "runc")
 NVIDIA = (*RUNC, "nvidia")
 CDI = ("nvidia.com/gpu=0", "nvidia.com/gpu=all")
 SPEC = ("/etc/cdi/nvidia.yaml",)
-MIXED = fixture("smi-2x-mixed-560.csv")
-CTK_1_18 = fixture("ctk-1.18.2.txt")
+MIXED = recording("smi-2x-mixed.csv")
+CTK_1_18 = recording("ctk-1.18.2.txt")
 
 
 def diagnose(
@@ -52,7 +51,7 @@ def by_code(diagnosis: HostDiagnosis) -> dict[str, Finding]:
     [
         (None, DRIVER_HINT),
         ("", DRIVER_HINT),
-        (exited(SMI, 9, stdout=fixture("smi-error-exit9.txt")), "sudo modprobe nvidia"),
+        (exited(SMI, 9, stdout=recording("smi-error-exit9.txt")), "sudo modprobe nvidia"),
     ],
 )
 def test_it_gives_one_driver_failure_without_a_gpu(smi, remedy):
@@ -91,7 +90,7 @@ def test_it_reports_a_healthy_legacy_host():
 
 
 def test_it_says_one_gpu_in_the_singular():
-    d = diagnose(smi=fixture("smi-1x-gh200-memory-na.csv"))
+    d = diagnose(smi=recording("smi-1x-gh200-memory-na.csv"))
     assert by_code(d)["driver"].message == "Driver 570.124.06, 1 GPU"
 
 
@@ -125,7 +124,7 @@ def test_it_warns_on_vram_use(used, total, warn_percent, status):
 
 
 def test_it_shows_memory_in_gib_and_the_level_it_crossed():
-    finding = by_code(diagnose(smi=fixture("smi-8x-h200-570.195.csv")))["gpu0"]
+    finding = by_code(diagnose(smi=recording("smi-8x-h200.csv")))["gpu0"]
     assert finding.status == "warn"
     assert (
         finding.message
@@ -155,7 +154,7 @@ def test_it_accepts_unreported_memory(row):
     [
         (CTK_1_18, "NVIDIA Container Toolkit CLI version 1.18.2", "ok"),
         (
-            fixture("ctk-1.12.0.txt"),
+            recording("ctk-1.12.0.txt"),
             "NVIDIA Container Toolkit CLI version 1.12.0",
             "ok",
         ),
@@ -247,13 +246,13 @@ def test_it_drops_duplicate_spec_files_and_keeps_their_order():
 
 
 def test_it_runs_each_command_once_on_a_driver_that_knows_every_field():
-    runner = host(smi=(HEALTH / "smi-8x-h100.csv").read_text(), ctk=CTK_1_18)
+    runner = host(smi=recording("health/smi-8x-h100.csv"), ctk=CTK_1_18)
     diagnose_host(runner, FakeDocker(DockerInfo(runtimes=NVIDIA)), ())
     assert [argv for argv, _ in runner.calls] == [SMI, CTK, DMESG, tuple(COMPUTE_APPS_ARGV)]
 
 
 def test_it_writes_exactly_the_doctor_json_keys():
-    d = diagnose(smi=fixture("smi-2x-k80-util-placeholders.csv"), cdi=CDI, specs=SPEC)
+    d = diagnose(smi=recording("smi-2x-k80-util-placeholders.csv"), cdi=CDI, specs=SPEC)
     report = d.to_dict("gpu-07")
     assert list(report) == [
         "node",
@@ -348,7 +347,7 @@ def test_it_knows_cdi_spec_file_names(name, spec):
 @pytest.mark.parametrize(
     "text, mentions",
     [
-        (fixture("cdi-nvidia.yaml"), True),
+        (recording("cdi-nvidia.yaml"), True),
         ('{"cdiVersion": "0.6.0", "kind": "nvidia.com/gpu", "devices": []}', True),
         ("cdiVersion: 0.7.0\nkind: vendor.com/net\n", False),
         ("", False),

@@ -4,21 +4,16 @@ kernel log, half-failing nvidia-smi, and the findings each of them gives."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
 from gpufleet import gpu
 from gpufleet.gpu import SMI_LIST_ARGV, SMI_QUERY_ARGV, DockerInfo, SmiQuery, Status, detect, diagnose_host
 from tests.fakes.memory import DMESG, FakeDocker, exited, host, ok
+from tests.fakes.recorded import recording
 
-HEALTH = Path(__file__).resolve().parents[1] / "fakes" / "data" / "health"
 NOW = datetime(2026, 12, 3, 17, 0, tzinfo=UTC)
 DOCKER = DockerInfo(runtimes=("runc", "nvidia"))
-
-
-def recording(name: str) -> str:
-    return (HEALTH / name).read_text()
 
 
 def smi_query_calls(runner) -> list[tuple[str, ...]]:
@@ -49,7 +44,7 @@ def test_it_asks_nvidia_smi_for_the_reference_fields_then_every_health_field_in_
 
 
 def test_it_reads_every_health_field_of_a_datacenter_gpu():
-    runner = host(smi=recording("smi-8x-h100.csv"))
+    runner = host(smi=recording("health/smi-8x-h100.csv"))
     info = detect(runner, DOCKER)
     first, second = info.devices[0], info.devices[1]
     assert first.to_dict() == {
@@ -68,7 +63,7 @@ def test_it_reads_every_health_field_of_a_datacenter_gpu():
 
 
 def test_it_reads_placeholders_as_unknown_never_zero_on_a_consumer_gpu():
-    info = detect(host(smi=recording("smi-2x-geforce.csv")), DOCKER)
+    info = detect(host(smi=recording("health/smi-2x-geforce.csv")), DOCKER)
     rtx4090, rtx3060 = info.devices
     assert rtx4090.name == "NVIDIA GeForce RTX 4090" and rtx4090.fan_percent == 30
     for key in ("memory_temperature_c", "ecc_mode", "ecc_uncorrected_volatile", "remapped_rows_failure", "mig_mode"):
@@ -78,7 +73,7 @@ def test_it_reads_placeholders_as_unknown_never_zero_on_a_consumer_gpu():
 
 
 def test_it_reads_a_windows_host_with_crlf_and_no_persistence_mode():
-    diagnosis = diagnose(host(smi=recording("smi-1x-windows-a4000.csv")))
+    diagnosis = diagnose(host(smi=recording("health/smi-1x-windows-a4000.csv")))
     (a4000,) = diagnosis.info.devices
     assert a4000.name == "NVIDIA RTX A4000" and a4000.temperature_c == 41 and a4000.pci_bus_id == "00000000:65:00.0"
     assert a4000.persistence_mode is None and a4000.ecc_mode is False
@@ -101,7 +96,7 @@ def test_it_refuses_a_boolean_it_does_not_know():
 
 
 def test_it_drops_the_fields_an_older_driver_rejects_and_keeps_the_rest():
-    runner = host(smi=recording("smi-1x-v100-r450.csv"))
+    runner = host(smi=recording("health/smi-1x-v100-r450.csv"))
     query = SmiQuery()
     info = detect(runner, DOCKER, query)
     (v100,) = info.devices
@@ -115,7 +110,7 @@ def test_it_drops_the_fields_an_older_driver_rejects_and_keeps_the_rest():
 
 
 def test_it_pays_for_a_rejected_field_once_per_process():
-    runner = host(smi=recording("smi-1x-v100-r450.csv"))
+    runner = host(smi=recording("health/smi-1x-v100-r450.csv"))
     query = SmiQuery()
     detect(runner, DOCKER, query)
     runner.calls.clear()
@@ -134,7 +129,7 @@ def test_it_falls_back_to_the_reference_fields_for_a_driver_that_knows_no_other(
 
 
 def test_it_does_not_retry_a_driver_failure():
-    runner = host(smi=exited(SMI_QUERY_ARGV, 9, stdout=recording("../smi-error-exit9.txt")))
+    runner = host(smi=exited(SMI_QUERY_ARGV, 9, stdout=recording("smi-error-exit9.txt")))
     info = detect(runner, DOCKER)
     assert not info.present and "couldn't communicate" in info.no_gpu_reason
     assert len(smi_query_calls(runner)) == 1
@@ -144,8 +139,8 @@ def test_it_does_not_retry_a_driver_failure():
 
 
 def test_it_lists_the_mig_slices_of_a_gpu_in_mig_mode():
-    runner = host(smi=recording("smi-2x-a100-mig.csv"))
-    runner.results[tuple(SMI_LIST_ARGV)] = ok(SMI_LIST_ARGV, recording("smi-list-a100-mig.txt"))
+    runner = host(smi=recording("health/smi-2x-a100-mig.csv"))
+    runner.results[tuple(SMI_LIST_ARGV)] = ok(SMI_LIST_ARGV, recording("health/smi-list-a100-mig.txt"))
     mig, plain = detect(runner, DOCKER).devices
     assert mig.mig_mode is True and mig.utilization_percent is None
     assert [m.to_dict() for m in mig.mig_devices] == [
@@ -157,12 +152,12 @@ def test_it_lists_the_mig_slices_of_a_gpu_in_mig_mode():
 
 
 def test_it_keeps_a_mig_gpu_when_its_slices_cannot_be_listed():
-    (mig, _) = detect(host(smi=recording("smi-2x-a100-mig.csv")), DOCKER).devices  # no `nvidia-smi -L`
+    (mig, _) = detect(host(smi=recording("health/smi-2x-a100-mig.csv")), DOCKER).devices  # no `nvidia-smi -L`
     assert mig.mig_mode is True and mig.mig_devices == ()
 
 
 def test_it_does_not_list_slices_when_no_gpu_is_in_mig_mode():
-    runner = host(smi=recording("smi-8x-h100.csv"))
+    runner = host(smi=recording("health/smi-8x-h100.csv"))
     detect(runner, DOCKER)
     assert tuple(SMI_LIST_ARGV) not in [argv for argv, _ in runner.calls]
 
@@ -171,7 +166,7 @@ def test_it_does_not_list_slices_when_no_gpu_is_in_mig_mode():
 
 
 def test_it_keeps_the_rows_of_a_corrupt_inforom_exit_14_and_warns():
-    runner = host(smi=exited(SMI_QUERY_ARGV, 14, stdout=recording("smi-2x-h100-inforom.exit14.csv")))
+    runner = host(smi=exited(SMI_QUERY_ARGV, 14, stdout=recording("health/smi-2x-h100-inforom.exit14.csv")))
     diagnosis = diagnose(runner)
     assert diagnosis.info.count == 2
     driver = finding(diagnosis, "driver")
@@ -179,7 +174,7 @@ def test_it_keeps_the_rows_of_a_corrupt_inforom_exit_14_and_warns():
 
 
 def test_it_keeps_the_good_gpus_when_one_is_lost_exit_15_and_fails_the_lost_one():
-    runner = host(smi=exited(SMI_QUERY_ARGV, 15, stdout=recording("smi-3x-h100-gpu-lost.exit15.csv")))
+    runner = host(smi=exited(SMI_QUERY_ARGV, 15, stdout=recording("health/smi-3x-h100-gpu-lost.exit15.csv")))
     diagnosis = diagnose(runner)
     assert [d.index for d in diagnosis.info.devices] == [0, 1, 3]
     lost = finding(diagnosis, "lost:0000:3A:00.0")
@@ -212,7 +207,7 @@ def test_it_still_says_install_a_driver_when_there_is_no_nvidia_smi():
 
 
 def test_it_finds_each_problem_of_a_gpu_in_trouble_by_index_and_pci_address():
-    diagnosis = diagnose(host(smi=recording("smi-8x-h100-failing.csv")))
+    diagnosis = diagnose(host(smi=recording("health/smi-8x-h100-failing.csv")))
     thermal = finding(diagnosis, "gpu2.thermal")
     assert thermal.status == Status.FAIL and "hw_thermal_slowdown" in thermal.message and "92 °C" in thermal.message
     assert "GPU 2" in thermal.name and "00000000:3A:00.0" in thermal.name
@@ -229,14 +224,14 @@ def test_it_finds_each_problem_of_a_gpu_in_trouble_by_index_and_pci_address():
 
 
 def test_it_warns_of_a_hot_gpu_from_the_configured_level():
-    diagnosis = diagnose(host(smi=recording("smi-8x-h100.csv")), temperature_warn_c=38)
+    diagnosis = diagnose(host(smi=recording("health/smi-8x-h100.csv")), temperature_warn_c=38)
     hot = [f.code for f in diagnosis.findings if f.code.endswith(".thermal")]
     assert hot == ["gpu5.thermal", "gpu6.thermal", "gpu7.thermal"]  # 38, 39 and 40 °C
     assert finding(diagnosis, "gpu5.thermal").status == Status.WARN
 
 
 def test_a_healthy_datacenter_node_has_nothing_to_report():
-    diagnosis = diagnose(host(smi=recording("smi-8x-h100.csv"), ctk="NVIDIA Container Toolkit CLI version 1.18.2\n"))
+    diagnosis = diagnose(host(smi=recording("health/smi-8x-h100.csv"), ctk="NVIDIA Container Toolkit CLI version 1.18.2\n"))
     assert diagnosis.worst_status == Status.OK, [(f.code, f.message) for f in diagnosis.findings if f.status != "ok"]
 
 
@@ -244,7 +239,7 @@ def test_a_healthy_datacenter_node_has_nothing_to_report():
 
 
 def test_it_counts_xid_errors_per_gpu_within_the_window_from_iso_dmesg():
-    diagnosis = diagnose(host(smi=recording("smi-8x-h100.csv"), dmesg=recording("kernel-iso.txt")))
+    diagnosis = diagnose(host(smi=recording("health/smi-8x-h100.csv"), dmesg=recording("health/kernel-iso.txt")))
     by_index = {d.index: d for d in diagnosis.info.devices}
     assert [x.to_dict() for x in by_index[4].xid_errors] == [
         {"xid": 119, "count": 2, "last_seen": "2026-12-03T16:05:10.101883+00:00", "description": "GSP RPC timeout"}
@@ -258,25 +253,25 @@ def test_it_counts_xid_errors_per_gpu_within_the_window_from_iso_dmesg():
 
 
 def test_a_longer_window_counts_the_older_xid():
-    diagnosis = diagnose(host(smi=recording("smi-8x-h100.csv"), dmesg=recording("kernel-iso.txt")), xid_window_hours=24 * 7)
+    diagnosis = diagnose(host(smi=recording("health/smi-8x-h100.csv"), dmesg=recording("health/kernel-iso.txt")), xid_window_hours=24 * 7)
     assert finding(diagnosis, "gpu0.xid").status == Status.FAIL  # Xid 48, double bit ECC
 
 
 def test_it_reads_fallen_off_the_bus_from_dmesg_t_once_as_xid_79():
-    diagnosis = diagnose(host(smi=recording("smi-8x-h100.csv"), dmesg=recording("kernel-ctime.txt")))
+    diagnosis = diagnose(host(smi=recording("health/smi-8x-h100.csv"), dmesg=recording("health/kernel-ctime.txt")))
     (xid,) = diagnosis.info.devices[7].xid_errors
     assert (xid.xid, xid.count, xid.last_seen) == (79, 1, "2026-12-03T15:40:02+00:00")
     assert finding(diagnosis, "gpu7.xid").status == Status.FAIL
 
 
 def test_it_reads_plain_dmesg_without_wall_clock_times():
-    diagnosis = diagnose(host(smi=recording("smi-8x-h100.csv"), dmesg=recording("kernel-plain.txt")))
+    diagnosis = diagnose(host(smi=recording("health/smi-8x-h100.csv"), dmesg=recording("health/kernel-plain.txt")))
     assert [(x.xid, x.last_seen) for x in diagnosis.info.devices[0].xid_errors] == [(14, None), (31, None)]
 
 
 def test_it_reads_journalctl_and_a_multi_line_fall_off_the_bus_for_a_gpu_nvidia_smi_lost():
-    runner = host(smi=exited(SMI_QUERY_ARGV, 15, stdout=recording("smi-3x-h100-gpu-lost.exit15.csv")),
-                  dmesg=recording("kernel-journal.txt"))
+    runner = host(smi=exited(SMI_QUERY_ARGV, 15, stdout=recording("health/smi-3x-h100-gpu-lost.exit15.csv")),
+                  dmesg=recording("health/kernel-journal.txt"))
     diagnosis = diagnose(runner)
     gone = finding(diagnosis, "xid:0000:3a:00")
     assert gone.status == Status.FAIL and "Xid 79" in gone.message and "not listed by nvidia-smi" in gone.name
@@ -285,8 +280,8 @@ def test_it_reads_journalctl_and_a_multi_line_fall_off_the_bus_for_a_gpu_nvidia_
 
 
 def test_it_warns_and_says_how_to_grant_it_when_the_kernel_log_is_not_readable():
-    denied = exited(DMESG, 1, stderr=recording("kernel-denied.txt"))
-    diagnosis = diagnose(host(smi=recording("smi-8x-h100.csv"), dmesg=denied))
+    denied = exited(DMESG, 1, stderr=recording("health/kernel-denied.txt"))
+    diagnosis = diagnose(host(smi=recording("health/smi-8x-h100.csv"), dmesg=denied))
     log = finding(diagnosis, "kernel-log")
     assert log.status == Status.WARN and "Operation not permitted" in log.message
     assert "CAP_SYSLOG" in log.fix and "dmesg_restrict" in log.fix
@@ -301,8 +296,8 @@ def test_every_catalogued_xid_has_a_description_and_an_action_and_application_er
 
 
 def test_a_mig_uuid_is_a_claim_device_id_that_holds_its_gpu():
-    runner = host(smi=recording("smi-2x-a100-mig.csv"))
-    runner.results[tuple(SMI_LIST_ARGV)] = ok(SMI_LIST_ARGV, recording("smi-list-a100-mig.txt"))
+    runner = host(smi=recording("health/smi-2x-a100-mig.csv"))
+    runner.results[tuple(SMI_LIST_ARGV)] = ok(SMI_LIST_ARGV, recording("health/smi-list-a100-mig.txt"))
     info = detect(runner, DOCKER)
     slice_claim = gpu.Claim(name="infer", device_ids=("MIG-2F1C0A9E-8B7D-5C6E-A4F3-B2E1D0C9F8A7",))
     ledger = gpu.Ledger(info, [slice_claim])
@@ -314,5 +309,5 @@ def test_a_mig_uuid_is_a_claim_device_id_that_holds_its_gpu():
 
 
 def test_cdi_names_of_mig_slices_count_as_gpu_attach():
-    info = detect(host(smi=recording("smi-2x-a100-mig.csv")), DockerInfo(cdi_devices=("nvidia.com/gpu=0:1",)))
+    info = detect(host(smi=recording("health/smi-2x-a100-mig.csv")), DockerInfo(cdi_devices=("nvidia.com/gpu=0:1",)))
     assert info.cdi_devices == ("nvidia.com/gpu=0:1",) and info.usable

@@ -22,10 +22,11 @@ import time
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+import recorded  # noqa: E402  (tests/fakes/recorded.py, the index of the recordings)
 import smi_query  # noqa: E402  (tests/fakes/smi_query.py, shared with the in-memory runner)
 
-DATA = os.path.join(os.path.dirname(HERE), "data")
-DEFAULT_STDOUT = {"SMI": "smi-8x-h200.csv", "CTK": "ctk-1.18.2.txt", "DMESG": ""}
+# recorded.py short names; the kernel log is empty unless a test gives one
+DEFAULT_STDOUT = {"SMI": "h200", "CTK": "1.18.2", "DMESG": ""}
 
 
 def _copy(path: str, stream) -> None:
@@ -49,7 +50,8 @@ def main(prefix: str) -> int:
 
     stdout = env.get(f"FAKE_{prefix}_STDOUT")
     if stdout is None:
-        stdout = os.path.join(DATA, DEFAULT_STDOUT[prefix]) if DEFAULT_STDOUT[prefix] else ""
+        default = DEFAULT_STDOUT[prefix]
+        stdout = str(recorded.data_path(default)) if default else ""
     exit_code = int(env.get(f"FAKE_{prefix}_EXIT", "0") or 0)
     if prefix == "SMI" and any(a.startswith("--query-compute-apps=") for a in sys.argv[1:]):
         # The processes on the GPUs: FAKE_SMI_APPS names their recording (default none).
