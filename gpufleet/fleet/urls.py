@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from gpufleet.fleet import views, xid_views
+from gpufleet.fleet import views
 
 app_name = "fleet"
 
@@ -13,5 +13,5 @@ urlpatterns = [
     path("nodes/<str:name>/", views.node_detail, name="node_detail"),
     path("nodes/<str:name>/findings/", views.node_detail, {"partial": "findings"}, name="node_findings"),
     re_path(rf"^nodes/(?P<name>[^/]+)/report\.{_FORMAT}$", views.node_report, name="node_report"),
-    path("nodes/<str:name>/gpus/<int:index>/acknowledge-xid/", xid_views.acknowledge_xid, name="acknowledge_xid"),
+    path("nodes/<str:name>/gpus/<int:index>/acknowledge-xid/", views.acknowledge_xid, name="acknowledge_xid"),
 ]

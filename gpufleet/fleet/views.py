@@ -6,13 +6,14 @@ drawn by the claims and jobs apps' template tags."""
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.http import Http404, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
-from django.shortcuts import get_object_or_404
+from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
-from gpufleet.core.access import VIEW, requires
+from gpufleet.core.access import ACKNOWLEDGE_XID, VIEW, requires
 from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.core.querystring import clean_query
 from gpufleet.fleet import charts, reports
@@ -20,6 +21,7 @@ from gpufleet.fleet import nodes as node_page
 from gpufleet.fleet.filters import NodeFilter, paginate
 from gpufleet.fleet.models import Node
 from gpufleet.fleet.summary import FleetSummary
+from gpufleet.fleet.xids import NothingToAcknowledge, acknowledge_xids
 
 # --- Fleet overview -----------------------------------------------------------
 
@@ -73,6 +75,21 @@ def node_detail(request, name: str, partial: str | None = None):
         context["devices"] = node_page.device_rows(node, node.ledger(), now, hours)
         context["history_ranges"] = list(charts.RANGES)
     return render_page(request, "fleet/node_detail.html", context, partial=partial)
+
+
+@require_POST
+@requires(ACKNOWLEDGE_XID)
+def acknowledge_xid(request, name: str, index: int):
+    """Clear GPU `index`'s Xid finding until a newer Xid, then back to the node page
+    (a plain form post: the table, the findings and the header all change)."""
+    node = get_object_or_404(Node, name=name)
+    try:
+        acknowledge_xids(node, index, request.user)
+    except NothingToAcknowledge as exc:
+        messages.warning(request, str(exc))
+    else:
+        messages.success(request, f"Xid errors of GPU {index} acknowledged; a newer Xid will show again.")
+    return redirect("fleet:node_detail", name=node.name)
 
 
 # --- Exports -----------------------------------------------------------------
