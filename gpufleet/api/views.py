@@ -249,8 +249,9 @@ def delete_claim(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _node_rows(params: QueryDict) -> QuerySet[Node]:
-    """The nodes for the query `params`, filtered and sorted as the overview does."""
-    return _filtered(NodeFilter(params, queryset=Node.objects.all()))
+    """The nodes for the query `params`, filtered and sorted as the overview does,
+    but by name unless asked otherwise."""
+    return _filtered(NodeFilter(params, queryset=Node.objects.all(), default_sort="name"))
 
 
 def _claim_rows(params: QueryDict) -> QuerySet[Claim]:

@@ -45,7 +45,10 @@ _SORTS = {
     "last_seen": F("last_seen"),
 }
 SORT_CHOICES = [(key, key) for key in _SORTS] + [(f"-{key}", f"-{key}") for key in _SORTS]
-DEFAULT_SORT = "name"
+# An admin opens the overview to see what is wrong: worst first. The API keeps
+# name order (see NodeFilter's default_sort), which does not move under a client
+# paging through it while health changes.
+DEFAULT_SORT = "-health"
 _NARROWING = ("q", "health", "attach", "driver", "offline")
 
 
@@ -53,7 +56,8 @@ class NodeFilter(ListFilterSet):
     """The overview's filters, sort (`sort`, "-key" descending) and page size (`per`).
 
     `NodeFilter(request.GET, queryset=Node.objects.all())`, then `is_valid()`,
-    `errors` and `qs` (filtered and sorted; empty while invalid)."""
+    `errors` and `qs` (filtered and sorted; empty while invalid). Without a
+    `sort`, the nodes come in `default_sort` order."""
 
     q = django_filters.CharFilter(method="_filter_q", max_length=200, label="Name or GPU")
     health = django_filters.ChoiceFilter(choices=HEALTH_CHOICES, method="_filter_health", empty_label="Any health")
@@ -78,8 +82,9 @@ class NodeFilter(ListFilterSet):
         model = Node
         fields = ["q", "health", "attach", "driver", "offline", "sort", "per"]
 
-    def __init__(self, data=None, queryset=None, **kwargs):
+    def __init__(self, data=None, queryset=None, *, default_sort: str = DEFAULT_SORT, **kwargs):
         super().__init__(data, queryset, **kwargs)
+        self.default_sort = default_sort
         # A callable, so the versions are read only when the select is drawn: the
         # table fragment, the exports and the API never pay for that query.
         # Cached: drawing a select reads its choices more than once.
@@ -123,7 +128,7 @@ class NodeFilter(ListFilterSet):
 
     @property
     def current_sort(self) -> str:
-        return self.cleaned("sort") or DEFAULT_SORT
+        return self.cleaned("sort") or self.default_sort
 
     @property
     def per_page(self) -> int:

@@ -164,11 +164,17 @@ def test_it_is_404_json_for_an_unknown_api_path(viewer_client):
 
 def test_the_node_list_takes_the_overview_s_filters(viewer_client, make_fleet):
     make_fleet(3, prefix="gpu")
-    ingest("cpu-01", 0)
+    ingest("xeon-01", 0)
     body = viewer_client.get("/api/nodes/", {"health": "fail"}).json()
-    assert [n["name"] for n in body["results"]] == ["cpu-01"]
+    assert [n["name"] for n in body["results"]] == ["xeon-01"]
     body = viewer_client.get("/api/nodes/", {"q": "gpu", "sort": "-name"}).json()
     assert [n["name"] for n in body["results"]] == ["gpu-02", "gpu-01", "gpu-00"]
+    # Unlike the overview (worst first), the API lists by name unless told: a client
+    # paging through it must not see rows move as health changes.
+    assert [n["name"] for n in viewer_client.get("/api/nodes/").json()["results"]] == [
+        "gpu-00", "gpu-01", "gpu-02", "xeon-01"
+    ]
+    assert viewer_client.get("/api/nodes/", {"sort": "-health"}).json()["results"][0]["name"] == "xeon-01"
 
 
 def test_an_invalid_filter_is_a_400_naming_it(viewer_client, make_fleet):

@@ -27,7 +27,8 @@ def nodes():
 
 
 def _names(query: str) -> list[str]:
-    return [node.name for node in NodeFilter(QueryDict(query), queryset=Node.objects.all()).qs]
+    """The names `query` lists, by name unless it sorts (the default order has its own test)."""
+    return [node.name for node in NodeFilter(QueryDict(query), queryset=Node.objects.all(), default_sort="name").qs]
 
 
 def test_it_filters_outside_a_view(nodes):
@@ -84,14 +85,23 @@ def test_it_lists_nothing_for_an_invalid_value(nodes, query, field):
     assert node_filter.error_messages()[0].startswith(f"{field}: ")
 
 
+def test_it_lists_worst_first_by_default_with_name_breaking_ties(nodes):
+    listed = NodeFilter(QueryDict(""), queryset=Node.objects.all()).qs
+    # Offline is worst whatever its last health; then failing, warning, ok.
+    assert [n.name for n in listed] == ["delta", "charlie", "bravo", "alpha", "echo"]
+    assert _names("sort=health") == ["alpha", "echo", "bravo", "charlie", "delta"]
+
+
 def test_it_reads_sort_and_page_size_with_defaults(nodes):
     def made(query: str) -> NodeFilter:
         return NodeFilter(QueryDict(query), queryset=Node.objects.all())
 
-    assert (made("").current_sort, made("").per_page, made("").active) == ("name", 50, False)
+    assert (made("").current_sort, made("").per_page, made("").active) == ("-health", 50, False)
+    by_name = NodeFilter(QueryDict(""), queryset=Node.objects.all(), default_sort="name")
+    assert by_name.current_sort == "name" and [n.name for n in by_name.qs] == sorted(n.name for n in nodes)
     assert (made("sort=-free&per=200").current_sort, made("sort=-free&per=200").per_page) == ("-free", 200)
     assert not made("sort=-free&per=200").active
     assert made("offline=no").active
     # The valid fields stay readable while another is wrong (the page keeps its sort).
     assert made("sort=-gpus&health=bogus").current_sort == "-gpus"
-    assert made("sort=bogus").current_sort == "name"
+    assert made("sort=bogus").current_sort == "-health"

@@ -72,16 +72,17 @@ def test_it_filters_by_health_attach_driver_offline_and_name(viewer_client):
     def shown(query: str) -> list[str]:
         return _names_in(viewer_client.get("/" + query).content.decode(), names)
 
-    assert shown("") == names
+    assert shown("") == ["delta", "charlie", "alpha", "bravo"]  # worst first, then by name
+    assert shown("?sort=name") == names
     assert shown("?health=fail") == ["charlie"]
     assert shown("?health=ok") == ["alpha", "bravo"]
     assert shown("?health=warn") == []  # delta is offline: its warning is not current
     assert shown("?health=offline") == ["delta"]
-    assert shown("?health=problems") == ["charlie", "delta"]
+    assert shown("?health=problems") == ["delta", "charlie"]
     assert shown("?attach=cdi") == ["bravo"]
     assert shown("?driver=550.54.15") == ["bravo"]
     assert shown("?offline=yes") == ["delta"]
-    assert shown("?offline=no") == ["alpha", "bravo", "charlie"]
+    assert shown("?offline=no") == ["charlie", "alpha", "bravo"]
     assert shown("?q=ARL") == ["charlie"]
     assert shown("?health=problems&driver=550.54.15") == []
     assert shown("?health=ok&attach=cdi&driver=550.54.15&offline=no&q=rav") == ["bravo"]
@@ -116,7 +117,7 @@ def test_it_shows_an_unknown_sort_above_the_table(viewer_client, make_fleet):
     assert _names_in(page, ["node-00", "node-01"]) == []
     assert "<li>Sort: Select a valid choice. nonsense is not one of the available choices.</li>" in page
     # The form's hidden sort is the default again, so the next filter change lists.
-    assert '<input type="hidden" name="sort" value="name" form="filters">' in page
+    assert '<input type="hidden" name="sort" value="-health" form="filters">' in page
 
 
 @pytest.mark.django_db
@@ -181,7 +182,7 @@ def test_it_renders_the_filter_form_as_plain_get_with_htmx_push(viewer_client, m
     assert '<form id="filters" class="filters" method="get" action="/"' in page
     assert 'hx-target="#node-table"' in page and 'hx-push-url="true"' in page
     assert '<option value="warn" selected>' in page
-    assert '<input type="hidden" name="sort" value="name" form="filters">' in page
+    assert '<input type="hidden" name="sort" value="-health" form="filters">' in page
 
 
 @pytest.mark.django_db

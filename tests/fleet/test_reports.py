@@ -147,7 +147,7 @@ def test_it_leaves_healthy_nodes_out_of_fleet_problem_reports(viewer_client):
     offline = ingest("charlie", 2)
     Node.objects.filter(pk=offline.pk).update(offline=True)
     data = json.loads(_body(viewer_client.get("/report.json?only=problems")))
-    assert [n["node"] for n in data["nodes"]] == ["bravo", "charlie"]
+    assert [n["node"] for n in data["nodes"]] == ["charlie", "bravo"]  # as the overview lists them: worst first
     assert all(f["status"] in ("warn", "fail") for n in data["nodes"] for f in n["findings"])
 
 
