@@ -94,6 +94,25 @@ def cdi_spec_snapshot(name: str, gpus: int = 8, fixes=("cdi",), at=None, **smi) 
     return build_snapshot(diagnosis, name, list(fixes), at or datetime.now(UTC))
 
 
+def failing_gpu_snapshot(name: str) -> dict:
+    """An 8×H100 node from recorded nvidia-smi output of GPUs in trouble (thermal
+    and power-brake slowdown, uncorrectable ECC errors, a pending remap) with Xid
+    errors in its kernel log: the node fails on its GPUs, not its container stack."""
+    from datetime import datetime
+
+    from gpufleet import gpu
+    from gpufleet.wire import build_snapshot
+    from tests.fakes.memory import FakeDocker, host
+    from tests.fakes.recorded import recording
+
+    runner = host(smi=recording("health/smi-8x-h100-failing.csv"), dmesg=recording("health/kernel-iso.txt"),
+                  ctk="NVIDIA Container Toolkit CLI version 1.18.2\ncommit: 9e88ed3\n")
+    docker = FakeDocker(gpu.DockerInfo(runtimes=("runc", "nvidia")))
+    # The recorded kernel log's Xid lines are of 3 December 2026: judge them from then.
+    diagnosis = gpu.diagnose_host(runner, docker, [], now=datetime(2026, 12, 3, 17, 0, tzinfo=UTC))
+    return build_snapshot(diagnosis, name, [], datetime.now(UTC))
+
+
 @pytest.fixture
 def fleet(transactional_db):
     """Five nodes: healthy (8 GPUs, CDI), warning (VRAM nearly full, 4 GPUs), failing

@@ -22,9 +22,20 @@ from gpufleet.claims import services as claims
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Finding, Node
 from gpufleet.fleet.reports import CSV_COLUMNS, REPORT_SCHEMA_VERSION
+from gpufleet.ingest.services import ingest_snapshot
 from gpufleet.jobs import services as jobs
 from gpufleet.jobs.models import Job, JobStatus
-from tests.browser.conftest import BROKEN, CDI_SPEC_FILE, GONE, HEALTHY, HOT, SPEC, add_history, log_in
+from tests.browser.conftest import (
+    BROKEN,
+    CDI_SPEC_FILE,
+    GONE,
+    HEALTHY,
+    HOT,
+    SPEC,
+    add_history,
+    failing_gpu_snapshot,
+    log_in,
+)
 from tests.factories import gpu_uuid, smi_rows
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -90,8 +101,8 @@ def test_it_logs_in_through_the_form_and_sees_the_fleet(page, fleet, viewer):
     expect(tile(page, "Nodes with warnings").locator(".tile-value")).to_have_text("2")
     expect(page.locator(".fleet-findings")).to_contain_text("1 node stopped reporting")
 
-    # One row per node, sorted by name; status as words next to the colour.
-    expect_rows(page, SPEC, HEALTHY, HOT, BROKEN, GONE)
+    # One row per node, worst first (ties by name); status as words next to the colour.
+    expect_rows(page, GONE, BROKEN, SPEC, HOT, HEALTHY)
     expect(page.locator(".table-bar")).to_contain_text("Nodes 1–5 of 5")
     for name, label, colour in [(HEALTHY, "OK", "green"), (HOT, "Warning", "amber"), (BROKEN, "Failing", "red"),
                                 (GONE, "Offline", "grey"), (SPEC, "Warning", "amber")]:
@@ -109,15 +120,15 @@ def test_it_logs_in_through_the_form_and_sees_the_fleet(page, fleet, viewer):
 def test_it_filters_searches_and_sorts_and_the_url_keeps_it(page, fleet, viewer):
     log_in(page, viewer)
     page.goto("/")
-    expect_rows(page, SPEC, HEALTHY, HOT, BROKEN, GONE)
+    expect_rows(page, GONE, BROKEN, SPEC, HOT, HEALTHY)
 
     page.select_option("#id_health", "warn")
-    expect(page).to_have_url(re.compile(r"\?health=warn&sort=name$"))
+    expect(page).to_have_url(re.compile(r"\?health=warn&sort=-health$"))
     expect_rows(page, SPEC, HOT)
     expect(page.locator(".table-bar")).to_contain_text("matching the filters")
 
     page.fill("#id_q", "h200")
-    expect(page).to_have_url(re.compile(r"\?q=h200&health=warn&sort=name$"))
+    expect(page).to_have_url(re.compile(r"\?q=h200&health=warn&sort=-health$"))
     expect_rows(page, HOT)
 
     page.reload()
@@ -127,12 +138,12 @@ def test_it_filters_searches_and_sorts_and_the_url_keeps_it(page, fleet, viewer)
 
     page.get_by_role("link", name="Reset").click()
     expect(page).to_have_url(re.compile(r"/$"))
-    expect_rows(page, SPEC, HEALTHY, HOT, BROKEN, GONE)
+    expect_rows(page, GONE, BROKEN, SPEC, HOT, HEALTHY)
 
     # Warning, failing or offline; then sort that by GPU count, both ways.
     page.select_option("#id_health", "problems")
-    expect(page).to_have_url(re.compile(r"\?health=problems&sort=name$"))
-    expect_rows(page, SPEC, HOT, BROKEN, GONE)
+    expect(page).to_have_url(re.compile(r"\?health=problems&sort=-health$"))
+    expect_rows(page, GONE, BROKEN, SPEC, HOT)
     gpus = page.locator("#node-table th[aria-sort]", has_text="GPUs")
     gpus.get_by_role("link").click()
     expect(page).to_have_url(re.compile(r"\?health=problems&sort=gpus$"))
@@ -562,11 +573,23 @@ def test_it_takes_screenshots_of_the_overview_and_a_node(page, fleet, operator, 
     pin(node, "train-llm", [0, 1, 2, 3], operator)
     count_claim(node, "notebooks", 2, operator)
     count_claim(fleet[HEALTHY], "batch-eval", 4, operator)
+    sick = ingest_snapshot(failing_gpu_snapshot("h100-d01"))
+    assert sick.outcome == "accepted"
+    add_history(Node.objects.get(name="h100-d01"))
     log_in(page, admin_user)  # every control shows
 
     page.goto("/")
-    expect(rows(page)).to_have_count(5)
+    expect(rows(page)).to_have_count(6)
+    # Worst first: the offline node, then the two failing ones by name.
+    expect(rows(page).locator("th a")).to_have_text([GONE, "h100-d01", BROKEN, SPEC, HOT, HEALTHY])
+    expect(row_of(page, "h100-d01")).to_contain_text("GPU 2")
     page.screenshot(path=artifacts / "overview.png", full_page=True)
+
+    page.goto("/nodes/h100-d01/")
+    gpu2 = page.locator("#devices tbody tr").nth(2)
+    expect(gpu2).to_contain_text("92")  # °C, at the thermal slowdown
+    expect(page.locator(".findings").first).to_contain_text("GPU 2")
+    page.screenshot(path=artifacts / "node-failing-gpu.png", full_page=True)
 
     page.goto(f"/nodes/{SPEC}/")
     expect(page.locator("#devices tbody tr")).to_have_count(8)
@@ -576,14 +599,14 @@ def test_it_takes_screenshots_of_the_overview_and_a_node(page, fleet, operator, 
 
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto("/")
-    expect(rows(page)).to_have_count(5)
+    expect(rows(page)).to_have_count(6)
     page.screenshot(path=artifacts / "overview-phone.png", full_page=True)
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390, f"the phone layout scrolls sideways ({width} px)"
 
-    for name in ("overview.png", "node.png", "overview-phone.png"):
+    for name in ("overview.png", "node.png", "node-failing-gpu.png", "overview-phone.png"):
         assert (artifacts / name).stat().st_size > 10_000, name
     if os.environ.get("GPUFLEET_UPDATE_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(exist_ok=True)
-        for name in ("overview.png", "node.png"):
+        for name in ("overview.png", "node.png", "node-failing-gpu.png"):
             shutil.copyfile(artifacts / name, SCREENSHOTS / name)
