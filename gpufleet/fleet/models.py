@@ -105,6 +105,8 @@ class Node(models.Model):
     # on the row so the overview reads one table.
     problem = models.CharField(max_length=300, blank=True)
     gpu_models = models.CharField(max_length=500, blank=True)
+    # Made by `manage.py simulate`, which removes only these: a real node is never one.
+    simulated = models.BooleanField(default=False)
 
     objects = NodeQuerySet.as_manager()
 

@@ -1,0 +1,80 @@
+"""`manage.py simulate --nodes N [--interval S] [--once]`: simulated agents that report
+through the real broker to the real ingest worker; `--remove` deletes them."""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+from kombu.exceptions import OperationalError
+
+from gpufleet import wire
+from gpufleet.fleet.models import Node
+from gpufleet.ingest import simulation
+
+
+class Command(BaseCommand):
+    help = (
+        "Drive N simulated GPU nodes (mixed models, some warning, failing or offline, some claims) through "
+        "the broker and the ingest worker, for demos and benchmarks. --remove deletes every simulated node."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--nodes", type=int, default=100, help="how many nodes (default 100)")
+        parser.add_argument(
+            "--interval", type=float, default=settings.GPUFLEET_COLLECT_INTERVAL, help="seconds between rounds"
+        )
+        parser.add_argument("--once", action="store_true", help="send one snapshot per node, then exit")
+        parser.add_argument("--claims-percent", type=int, default=30, help="nodes that get a claim (default 30)")
+        parser.add_argument("--seed", type=int, default=0, help="the same seed makes the same fleet")
+        parser.add_argument("--wait", type=float, default=120, help="seconds to wait for ingest before claiming")
+        parser.add_argument("--remove", action="store_true", help="delete every simulated node and stop")
+
+    def handle(self, *args, nodes, interval, once, claims_percent, seed, wait, remove, **options):
+        if remove:
+            self.stdout.write(f"removed {simulation.remove()} simulated node(s)")
+            return
+        if nodes < 1 or interval <= 0 or not 0 <= claims_percent <= 100:
+            raise CommandError("--nodes must be at least 1, --interval above 0 and --claims-percent 0 to 100")
+        fleet = simulation.simulated_fleet(nodes, seed)
+        taken = simulation.register(fleet, timezone.now())
+        if taken:
+            raise CommandError(f"{len(taken)} real node(s) have simulated names, e.g. {taken[0]!r}: not simulating")
+        from gpufleet.celery import app
+
+        def send(snapshot: dict) -> None:
+            app.send_task(wire.INGEST_TASK, args=[snapshot, None], queue=wire.INGEST_QUEUE)
+
+        tick = 0
+        try:
+            while True:
+                started = time.monotonic()
+                sent = simulation.send_round(fleet, send, timezone.now(), tick)
+                self.stdout.write(f"round {tick}: sent {sent} snapshot(s) in {time.monotonic() - started:.1f} s")
+                if tick == 0:
+                    self._after_first_round(fleet, sent, claims_percent, seed, wait)
+                if once:
+                    return
+                tick += 1
+                time.sleep(max(0.0, interval - (time.monotonic() - started)))
+        except OperationalError as exc:
+            raise CommandError(f"cannot reach the broker at {settings.CELERY_BROKER_URL}: {exc}") from None
+        except KeyboardInterrupt:
+            self.stdout.write("stopped; `manage.py simulate --remove` deletes the simulated nodes")
+
+    def _after_first_round(self, fleet, sent: int, claims_percent: int, seed: int, wait: float) -> None:
+        """Claims need stored nodes: wait for the ingest worker to store the first round."""
+        deadline = time.monotonic() + wait
+        names = [n.name for n in fleet]
+        while (stored := Node.objects.filter(name__in=names, collected_at__isnull=False).count()) < sent:
+            if time.monotonic() > deadline:
+                self.stderr.write(
+                    f"only {stored} of {sent} snapshots stored after {wait:.0f} s: is the ingest worker running?"
+                )
+                break
+            time.sleep(0.5)
+        made = simulation.add_claims(fleet, claims_percent, seed)
+        offline = simulation.mark_offline(fleet)
+        self.stdout.write(f"{stored} node(s) stored, {made} claim(s) made, {offline} node(s) silent from now on")
