@@ -85,6 +85,7 @@ class ContainerIn(BaseModel):
     id: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$")]
     name: _Line
     image: _Line
+    claim: _Line | None = None  # the gpufleet.claim label; older agents do not send it
 
 
 class ProcessIn(BaseModel):

@@ -64,6 +64,7 @@ from gpufleet.gpu.ledger import (
     RuntimeMissing,
     UnknownDevice,
 )
+from gpufleet.gpu.usage import claim_use_findings
 from gpufleet.gpu.xid import (
     DEFAULT_XID_WINDOW_HOURS,
     KERNEL_LOG_ARGV,
@@ -124,6 +125,7 @@ __all__ = [
     "XidEvent",
     "attach_mode",
     "cdi_spec_mentions_gpu",
+    "claim_use_findings",
     "count_xids",
     "newer_xids",
     "detect",

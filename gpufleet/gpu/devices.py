@@ -241,7 +241,7 @@ class Device:
 
 
 def _process_from_dict(gpu_uuid: str, data: dict) -> GpuProcess:
-    container = Container(**data["container"]) if data.get("container") else None
+    container = Container(**data["container"]) if data.get("container") else None  # "claim" is optional
     return GpuProcess(gpu_uuid, data["pid"], data["name"], data.get("used_mib"), container)
 
 

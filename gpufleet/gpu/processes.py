@@ -21,6 +21,10 @@ COMPUTE_APPS_ARGV = [
 # Bounds on what one snapshot carries, so a fork bomb on a GPU cannot bloat it.
 MAX_PROCESSES_PER_GPU = 64
 MAX_PROCESS_NAME = 200
+# A workload says which claim it belongs to with this container label
+# (`docker run --label gpufleet.claim=train-llm ...`), so the site can tell when it
+# runs on GPUs its claim does not hold.
+CLAIM_LABEL = "gpufleet.claim"
 
 # The container ID in a cgroup path, as Docker, containerd and Podman write it
 # (cgroup v1 "/docker/<id>", v2 "docker-<id>.scope", "cri-containerd-<id>.scope",
@@ -35,9 +39,10 @@ class Container:
     id: str
     name: str
     image: str
+    claim: str | None = None  # its CLAIM_LABEL, when it has one
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "name": self.name, "image": self.image}
+        return {"id": self.id, "name": self.name, "image": self.image, "claim": self.claim}
 
 
 @dataclass(frozen=True)
@@ -69,8 +74,19 @@ def containers_from_payload(payload: object) -> dict[str, Container]:
             continue
         names = entry.get("Names") if isinstance(entry.get("Names"), list) else []
         name = str(names[0]).lstrip("/") if names else entry["Id"][:12]
-        found[entry["Id"]] = Container(entry["Id"], name[:200], str(entry.get("Image") or "")[:200])
+        labels = entry.get("Labels") if isinstance(entry.get("Labels"), dict) else {}
+        claim = _one_line(labels.get(CLAIM_LABEL))
+        found[entry["Id"]] = Container(entry["Id"], name[:200], str(entry.get("Image") or "")[:200], claim)
     return found
+
+
+def _one_line(value: object) -> str | None:
+    """A label value as the snapshot may carry it: one line, clipped; None when
+    missing or blank."""
+    if not isinstance(value, str):
+        return None
+    text = "".join(ch for ch in value if ch.isprintable()).strip()[:200]
+    return text or None
 
 
 def parse_compute_apps(text: str) -> list[GpuProcess]:

@@ -179,7 +179,8 @@ HEALTH = {
     "mig_devices": [{"uuid": "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f", "profile": "3g.40gb", "device": 0}],
     "xid_errors": [{"xid": 119, "count": 2, "last_seen": "2026-12-03T16:05:10+00:00", "description": "GSP RPC timeout"}],
     "processes": [{"pid": 4412, "name": "python3", "used_mib": 30211,
-                   "container": {"id": "4f1d9c2b8e7a", "name": "trainer", "image": "pytorch/pytorch:2.5.1"}}],
+                   "container": {"id": "4f1d9c2b8e7a", "name": "trainer", "image": "pytorch/pytorch:2.5.1",
+                                 "claim": "train-llm"}}],
 }
 
 

@@ -65,7 +65,7 @@ def test_it_attributes_each_process_to_its_gpu_and_container(tmp_path: Path):
     first = per_gpu["GPU-6b3c0a1e-4f1d-9c2b-8e7a-1d2c3b4a5f60"]
     assert [p.to_dict() for p in first] == [
         {"pid": 4412, "name": "python3", "used_mib": 30211,
-         "container": {"id": CID, "name": "trainer", "image": "pytorch/pytorch:2.5.1-cuda12.4"}},
+         "container": {"id": CID, "name": "trainer", "image": "pytorch/pytorch:2.5.1-cuda12.4", "claim": None}},
         {"pid": 5120, "name": "/usr/bin/vllm", "used_mib": None, "container": None},
     ]
     assert per_gpu["GPU-6b3c1a1e-4f1d-9c2b-8e7a-1d2c3b4a5f61"][0].container is None

@@ -1,0 +1,63 @@
+"""Claims against real use: what the ledger says is held, beside the processes and
+containers the agent found on each GPU. The centre adds these findings at ingest,
+where it has both the snapshot and the node's claims."""
+
+from __future__ import annotations
+
+from gpufleet.gpu.devices import Device
+from gpufleet.gpu.diagnosis import Finding, Status
+from gpufleet.gpu.ledger import Ledger
+from gpufleet.gpu.processes import CLAIM_LABEL, GpuProcess
+
+# A finding names at most this many GPUs or processes, then counts the rest.
+_LISTED = 8
+
+
+def claim_use_findings(ledger: Ledger) -> list[Finding]:
+    """"Used but unclaimed" and "in the wrong place" for one node; none when the
+    claims and the work on the GPUs agree."""
+    found = []
+    if unclaimed := ledger.unclaimed_use():
+        found.append(
+            Finding(
+                "use-unclaimed",
+                "Used but unclaimed",
+                Status.WARN,
+                f"{_count(len(unclaimed), 'GPU')} in use that no claim holds: "
+                + _listed([f"GPU {d.index} ({_who(d)})" for d in unclaimed]),
+                "Add a claim for the workload (or pin its GPUs in an existing claim), or stop it.",
+            )
+        )
+    if misplaced := ledger.misplaced():
+        found.append(
+            Finding(
+                "use-misplaced",
+                "Running outside its claim",
+                Status.WARN,
+                f"{_count(len(misplaced), 'process', 'processes')} labelled {CLAIM_LABEL} on GPUs their claim"
+                " does not hold: "
+                + _listed([f"{_process(p)} on GPU {d.index}: {why}" for d, p, why in misplaced]),
+                "Start the container on its claim's GPUs (docker run --gpus '\"device=<ids>\"'), or edit the claim.",
+            )
+        )
+    return found
+
+
+def _who(device: Device) -> str:
+    names = dict.fromkeys(_process(p) for p in device.processes)
+    return ", ".join(list(names)[:3]) + (" …" if len(names) > 3 else "")
+
+
+def _process(process: GpuProcess) -> str:
+    if process.container is not None:
+        return f"container {process.container.name}"
+    return f"{process.name} (pid {process.pid})"
+
+
+def _listed(items: list[str]) -> str:
+    more = f"; and {len(items) - _LISTED} more" if len(items) > _LISTED else ""
+    return "; ".join(items[:_LISTED]) + more
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
