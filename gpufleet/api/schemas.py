@@ -3,6 +3,7 @@ the ledger (gpufleet.claims.services); these only say what a well-formed body is
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from ninja import Schema
@@ -27,6 +28,12 @@ class ClaimIn(Schema):
     # Before `count`, so that the check on count can see whether devices were named.
     device_ids: list[StrictInt | StrictStr] = Field(default_factory=list)
     count: Annotated[StrictInt, Field(ge=0)] = 0
+    # Omitted: a new claim is owned by the caller, never ends and has no contact; a
+    # replaced one keeps its own. `owner` is a username (null: nobody), `expires_at`
+    # ISO 8601 with a time zone (null: never).
+    owner: str | None = None
+    contact: Annotated[str, StringConstraints(max_length=Claim._meta.get_field("contact").max_length)] = ""
+    expires_at: datetime | None = None
 
     @field_validator("count")
     @classmethod

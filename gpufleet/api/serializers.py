@@ -69,7 +69,7 @@ def finding(f: Finding) -> dict:
 
 
 def claim(c: Claim) -> dict:
-    """A claim; `mode` is count, all or devices. Needs c.node and c.created_by loaded."""
+    """A claim; `mode` is count, all or devices. Needs c.node, c.created_by and c.owner loaded."""
     return {
         "id": c.pk,
         "node": c.node.name,
@@ -79,6 +79,10 @@ def claim(c: Claim) -> dict:
         "device_ids": list(c.device_ids),
         "missing_devices": list(c.missing_devices),
         "created_by": c.created_by.get_username() if c.created_by else None,
+        "owner": c.owner.get_username() if c.owner else None,
+        "contact": c.contact,
+        "expires_at": _time(c.expires_at),
+        "expired": c.expired,
         "created_at": _time(c.created_at),
         "updated_at": _time(c.updated_at),
     }

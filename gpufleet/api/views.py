@@ -9,6 +9,7 @@ claim carries the ledger's machine code."""
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
 from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse, QueryDict
@@ -26,6 +27,7 @@ from gpufleet.api.schemas import ClaimIn, ClaimUpdate
 from gpufleet.claims import services
 from gpufleet.claims.filters import ClaimFilter
 from gpufleet.claims.models import Claim
+from gpufleet.claims.placement import RULED_OUT_SHOWN, fleet_placement
 from gpufleet.fleet.filters import NodeFilter
 from gpufleet.fleet.models import Node
 
@@ -50,6 +52,13 @@ NODE_FILTERS = [
     _query("sort", {"type": "string"}),
 ]
 CLAIM_SEARCH = _query("q", {"type": "string"})
+OWNER = _query("owner", {"type": "string"})
+EXPIRED = _query("expired", {"type": "string", "enum": ["yes", "no"]})
+PLACEMENT = [
+    _query("count", {"type": "integer", "minimum": 0, "default": 1, "description": "GPUs wanted; 0: every GPU of one node"}),
+    _query("model", {"type": "string", "description": "part of the GPU name, any case"}),
+    _query("min_free_vram_mib", {"type": "integer", "minimum": 0, "default": 0, "description": "free VRAM per GPU"}),
+]
 VERSION = _query("updated_at", {"type": "string"})
 
 
@@ -162,7 +171,7 @@ def node(request: HttpRequest, name: str) -> HttpResponse:
     """One node with its devices, findings, claims and ledger."""
     node = _node(name)
     devices = list(node.devices.order_by("index"))
-    claims = list(node.claims.select_related("created_by"))
+    claims = list(node.claims.select_related("created_by", "owner"))
     ledger = _ledger(node, devices, claims)
     findings = list(node.findings.all())
     return JsonResponse(serializers.node_detail(node, devices, findings, claims, ledger))
@@ -184,10 +193,38 @@ def node_findings(request: HttpRequest, name: str) -> HttpResponse:
     return JsonResponse({"node": node.name, "results": [serializers.finding(f) for f in node.findings.all()]})
 
 
-@read("/claims/", "claims", openapi_extra={"parameters": [PAGE, NODE, CLAIM_SEARCH]})
+@read("/claims/", "claims", openapi_extra={"parameters": [PAGE, NODE, CLAIM_SEARCH, OWNER, EXPIRED]})
 def claims(request: HttpRequest) -> HttpResponse:
-    """Every claim of the fleet (?node= for one node), paginated."""
+    """Every claim of the fleet (?node= for one node, ?owner= a username, ?expired=yes|no), paginated."""
     return _paginated(request, _claim_rows(request.GET), serializers.claim)
+
+
+@read("/placement", "placement", openapi_extra={"parameters": PLACEMENT})
+def placement(request: HttpRequest) -> HttpResponse:
+    """Where a claim of `count` GPUs fits now: `fits` best first (fewest GPUs left over,
+    then most free VRAM), and `ruled_out` with each other node's reason, counted by
+    reason in `ruled_out_counts` and listed for the first RULED_OUT_SHOWN nodes."""
+    wanted = gpu.PlacementRequest(
+        count=_whole_number(request.GET, "count", 1),
+        model=request.GET.get("model", "").strip(),
+        min_free_vram_mib=_whole_number(request.GET, "min_free_vram_mib", 0),
+    )
+    answer = fleet_placement(wanted)
+    return JsonResponse(
+        {
+            "count": wanted.count,
+            "model": wanted.model,
+            "min_free_vram_mib": wanted.min_free_vram_mib,
+            "fits": [
+                {"node": f.name, "gpus": f.gpus, "left_over": f.left_over, "free_vram_mib": f.free_vram_mib}
+                for f in answer.fits
+            ],
+            "ruled_out_counts": answer.ruled_out_counts(),
+            "ruled_out": [
+                {"node": r.name, "code": r.code, "reason": r.reason} for r in answer.ruled_out[:RULED_OUT_SHOWN]
+            ],
+        }
+    )
 
 
 # --- claims, writable ----------------------------------------------------------
@@ -197,7 +234,7 @@ def claims(request: HttpRequest) -> HttpResponse:
 def node_claims(request: HttpRequest, name: str) -> HttpResponse:
     """The node's claims and its ledger."""
     node = _node(name)
-    rows = list(node.claims.select_related("created_by"))
+    rows = list(node.claims.select_related("created_by", "owner"))
     ledger = _ledger(node, list(node.devices.filter(vanished_at__isnull=True)), rows)
     return JsonResponse(
         {"node": node.name, "ledger": serializers.ledger_summary(ledger), "results": [serializers.claim(c) for c in rows]}
@@ -209,7 +246,7 @@ def add_claim(request: HttpRequest, name: str, body: ClaimIn) -> HttpResponse:
     """Add a claim to the node: 201 with the claim, or the ledger's refusal."""
     node = _node(name)
     try:
-        saved = services.save_claim(node, _proposed(body), request.user)
+        saved = services.save_claim(node, _proposed(body), request.user, terms=_terms(body, request.user, None))
     except services.ClaimError as exc:
         raise ApiError.from_claim_error(exc) from None
     return JsonResponse(serializers.claim(_reload(saved)), status=201)
@@ -227,7 +264,9 @@ def replace_claim(request: HttpRequest, pk: int, body: ClaimUpdate) -> HttpRespo
     row = _claim(pk)
     version = services.parse_version(body.updated_at)
     try:
-        saved = services.save_claim(row.node, _proposed(body), request.user, editing=row, expected_updated_at=version)
+        saved = services.save_claim(
+            row.node, _proposed(body), request.user, editing=row, expected_updated_at=version, terms=_terms(body, request.user, row)
+        )
     except services.ClaimError as exc:
         raise ApiError.from_claim_error(exc) from None
     return JsonResponse(serializers.claim(_reload(saved)))
@@ -256,7 +295,7 @@ def _node_rows(params: QueryDict) -> QuerySet[Node]:
 
 def _claim_rows(params: QueryDict) -> QuerySet[Claim]:
     """The claims for the query `params`, filtered as the claims page does."""
-    rows = Claim.objects.select_related("node", "created_by").order_by("node__name", "name")
+    rows = Claim.objects.select_related("node", "created_by", "owner").order_by("node__name", "name")
     return _filtered(ClaimFilter(params, queryset=rows))
 
 
@@ -277,7 +316,7 @@ def _node(name: str) -> Node:
 
 def _claim(pk: int) -> Claim:
     try:
-        return Claim.objects.select_related("node", "created_by").get(pk=pk)
+        return Claim.objects.select_related("node", "created_by", "owner").get(pk=pk)
     except Claim.DoesNotExist:
         raise ApiError(404, "not_found", f"there is no claim {pk}") from None
 
@@ -287,11 +326,45 @@ def _ledger(node: Node, devices, claims) -> gpu.Ledger:
 
 
 def _reload(saved: Claim) -> Claim:
-    return Claim.objects.select_related("node", "created_by").get(pk=saved.pk)
+    return Claim.objects.select_related("node", "created_by", "owner").get(pk=saved.pk)
 
 
 def _proposed(body: ClaimIn) -> gpu.Claim:
     return gpu.Claim(name=body.name, count=body.count, device_ids=tuple(str(d) for d in body.device_ids))
+
+
+def _whole_number(params: QueryDict, name: str, default: int) -> int:
+    raw = params.get(name, "").strip()
+    if not raw:
+        return default
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > 1_000_000:
+        raise ApiError(400, "bad_parameter", f"{name} must be a whole number from 0", field=name)
+    return int(raw)
+
+
+def _terms(body: ClaimIn, user, editing: Claim | None) -> services.Terms:
+    """The body's owner, contact and expiry; those it leaves out are the stored claim's,
+    or for a new claim: owned by the caller, no contact, never ends."""
+    given = body.model_fields_set
+    if editing is not None:
+        current = services.Terms(editing.owner, editing.contact, editing.expires_at)
+    else:
+        current = services.Terms(user if user.is_authenticated else None, "", None)
+    owner = current.owner
+    if "owner" in given:
+        owner = None if body.owner is None else _user(body.owner)
+    return services.Terms(
+        owner=owner,
+        contact=body.contact if "contact" in given else current.contact,
+        expires_at=body.expires_at if "expires_at" in given else current.expires_at,
+    )
+
+
+def _user(username: str):
+    try:
+        return get_user_model().objects.get(username=username, is_active=True)
+    except get_user_model().DoesNotExist:
+        raise ApiError(422, "invalid", f"there is no active user {username!r}", field="owner") from None
 
 
 def _paginated(request: HttpRequest, rows: QuerySet, serialize) -> JsonResponse:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import django_filters
 from django import forms
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 from django.utils.functional import cached_property
 
 from gpufleet.claims.models import Claim
@@ -13,7 +14,8 @@ from gpufleet.fleet.models import Node
 
 
 class ClaimFilter(ListFilterSet):
-    """`node` (exact node name) and `q` (part of the claim's or the node's name).
+    """`node` (exact node name), `q` (part of the claim's or the node's name),
+    `owner` (exact username) and `expired` (yes or no).
 
     `ClaimFilter(request.GET, queryset=Claim.objects.all())`, then `is_valid()`,
     `errors` and `qs` (empty while invalid)."""
@@ -28,15 +30,21 @@ class ClaimFilter(ListFilterSet):
         widget=forms.SearchInput(attrs={"placeholder": "claim or node name"}),
     )
 
+    owner = django_filters.CharFilter(field_name="owner__username", widget=forms.Select, label="Owner")
+    expired = django_filters.ChoiceFilter(
+        method="_expired", choices=[("yes", "Expired"), ("no", "Not expired")], empty_label="Expired or not", label="Expired"
+    )
+
     class Meta:
         model = Claim
-        fields = ["node", "q"]
+        fields = ["node", "q", "owner", "expired"]
 
     def __init__(self, data=None, queryset=None, **kwargs):
         super().__init__(data, queryset, **kwargs)
         # A callable, so the names are read only when the select is drawn (not for
         # the table fragment or the API); cached, as drawing reads them twice.
         self.filters["node"].extra["widget"] = forms.Select(choices=lambda: self._node_options)
+        self.filters["owner"].extra["widget"] = forms.Select(choices=lambda: self._owner_options)
 
     @cached_property
     def _node_options(self) -> list[tuple[str, str]]:
@@ -48,6 +56,23 @@ class ClaimFilter(ListFilterSet):
         if wanted and wanted not in names:
             names.append(wanted)
         return [("", "All nodes"), *((name, name) for name in names)]
+
+    @cached_property
+    def _owner_options(self) -> list[tuple[str, str]]:
+        names = list(
+            Claim.objects.filter(owner__isnull=False)
+            .order_by("owner__username")
+            .values_list("owner__username", flat=True)
+            .distinct()
+        )
+        wanted = self.data.get("owner", "")
+        if wanted and wanted not in names:
+            names.append(wanted)
+        return [("", "Any owner"), *((name, name) for name in names)]
+
+    def _expired(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        ended = Q(expires_at__lte=timezone.now())
+        return queryset.filter(ended) if value == "yes" else queryset.exclude(ended)
 
     def _search(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return queryset.filter(Q(name__icontains=value) | Q(node__name__icontains=value))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django import forms
+from django.contrib.auth import get_user_model
 
 from gpufleet import gpu
 from gpufleet.claims import services
@@ -47,6 +48,23 @@ class ClaimForm(forms.Form):
     mode = forms.ChoiceField(choices=MODES, widget=forms.RadioSelect, initial=COUNT, label="Reserve")
     count = forms.IntegerField(min_value=1, required=False, label="How many GPUs")
     devices = DeviceChoiceField(required=False, label="Which GPUs")
+    owner = forms.ModelChoiceField(
+        queryset=get_user_model().objects.filter(is_active=True).order_by("username"),
+        required=False,
+        empty_label="Nobody",
+        help_text="Who answers for the claim.",
+    )
+    contact = forms.CharField(
+        max_length=Claim._meta.get_field("contact").max_length,
+        required=False,
+        help_text="How to reach the owner, e.g. a chat channel.",
+    )
+    expires_at = forms.DateTimeField(
+        required=False,
+        label="Expires",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        help_text="Empty: never. Expired claims are flagged (and released, where the site is set to).",
+    )
     updated_at = forms.CharField(required=False, widget=forms.HiddenInput)
 
     def __init__(
@@ -93,6 +111,11 @@ class ClaimForm(forms.Form):
             return None
         return services.parse_version(self.cleaned_data.get("updated_at"))
 
+    def terms(self) -> services.Terms:
+        """Owner, contact and expiry as the services take them. Call after is_valid()."""
+        data = self.cleaned_data
+        return services.Terms(owner=data.get("owner"), contact=data.get("contact", ""), expires_at=data.get("expires_at"))
+
     def clean(self) -> dict:
         data = super().clean()
         if self.editing is not None and services.is_stale(self.editing, self.expected_updated_at()):
@@ -105,6 +128,9 @@ class ClaimForm(forms.Form):
             self.add_error(DEVICES, "Tick at least one GPU, or choose another option.")
         if self.errors:
             return data
+        bad_terms = services.check_terms(self.terms(), self.editing)
+        if bad_terms is not None:
+            self.add_error(bad_terms.field, bad_terms.message)
         proposed = self.proposed()
         taken = services.check_name(self.node, proposed.name, self.editing)
         if taken is not None:
@@ -125,7 +151,9 @@ class ClaimForm(forms.Form):
 
     def add_claim_error(self, error: services.ClaimError) -> None:
         """Show a refusal at the field it is about (or above the form)."""
-        if error.code == "insufficient":
+        if isinstance(error, services.BadTerms):
+            field = error.field
+        elif error.code == "insufficient":
             field = _FIELD_FOR_MODE.get(getattr(self, "cleaned_data", {}).get("mode"), "count")
         else:
             field = _FIELD_FOR_CODE.get(error.code)
@@ -135,7 +163,14 @@ class ClaimForm(forms.Form):
 
 
 def _initial(claim: Claim, ledger: gpu.Ledger) -> dict:
-    initial = {"name": claim.name, "mode": claim.mode, "updated_at": claim.updated_at.isoformat()}
+    initial = {
+        "name": claim.name,
+        "mode": claim.mode,
+        "updated_at": claim.updated_at.isoformat(),
+        "owner": claim.owner_id,
+        "contact": claim.contact,
+        "expires_at": claim.expires_at,
+    }
     if claim.mode == COUNT:
         initial["count"] = claim.count
     if claim.mode == DEVICES:
@@ -162,3 +197,31 @@ def _device_choices(ledger: gpu.Ledger, devices: list[Device], chosen: list[str]
             choices.append((device_id, f"{device_id} · no longer reported by the node"))
             known.add(device_id)
     return choices
+
+
+class PlacementForm(forms.Form):
+    """The "find a node" question; the answer is the ledger's (gpufleet.gpu.place)."""
+
+    count = forms.IntegerField(min_value=1, max_value=1024, required=False, initial=1, label="GPUs")
+    whole_node = forms.BooleanField(required=False, label="All GPUs of one node")
+    model = forms.CharField(
+        max_length=100, required=False, label="Model", widget=forms.TextInput(attrs={"placeholder": "e.g. H200"})
+    )
+    min_free_vram_gib = forms.DecimalField(
+        min_value=0, max_value=100000, decimal_places=1, required=False, label="Free VRAM per GPU (GiB)"
+    )
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if not data.get("whole_node") and data.get("count") is None and "count" not in self.errors:
+            self.add_error("count", "Say how many GPUs, or tick “All GPUs of one node”.")
+        return data
+
+    def placement_request(self) -> gpu.PlacementRequest:
+        data = self.cleaned_data
+        gib = data.get("min_free_vram_gib") or 0
+        return gpu.PlacementRequest(
+            count=0 if data["whole_node"] else data["count"],
+            model=data.get("model", "").strip(),
+            min_free_vram_mib=int(gib * 1024),
+        )

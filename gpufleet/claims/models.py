@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models.functions import Lower
+from django.utils import timezone
 
 from gpufleet import gpu
 
@@ -25,6 +26,14 @@ class Claim(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Who answers for the claim (its creator unless set otherwise) and how to reach them.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="owned_claims"
+    )
+    contact = models.CharField(max_length=200, blank=True, help_text="How to reach the owner, e.g. a chat channel.")
+    # When the claim ends; None never. An expired claim still holds its GPUs until it
+    # is deleted (by hand, or by the central beat with GPUFLEET_RELEASE_EXPIRED).
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["node", "name"]
@@ -50,5 +59,19 @@ class Claim(models.Model):
             return "all GPUs"
         return f"{self.count} GPU" + ("" if self.count == 1 else "s")
 
+    def is_expired(self, now=None) -> bool:
+        return self.expires_at is not None and self.expires_at <= (now or timezone.now())
+
+    @property
+    def expired(self) -> bool:
+        return self.is_expired()
+
     def as_audit_dict(self) -> dict:
-        return {"name": self.name, "count": self.count, "device_ids": list(self.device_ids)}
+        return {
+            "name": self.name,
+            "count": self.count,
+            "device_ids": list(self.device_ids),
+            "owner": self.owner.get_username() if self.owner_id else None,
+            "contact": self.contact,
+            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+        }

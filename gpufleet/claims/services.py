@@ -9,9 +9,11 @@ people, so the editor and the API report the same reasons the same way."""
 from __future__ import annotations
 
 import unicodedata
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from gpufleet import gpu
 from gpufleet.audit.models import record
@@ -51,6 +53,25 @@ class BadName(ClaimError):
 
     def __init__(self, problem: str) -> None:
         super().__init__(f"the claim name {problem}")
+
+
+class BadTerms(ClaimError):
+    """A bad owner, contact or expiry; `field` names which."""
+
+    code = "invalid"
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(problem)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Terms:
+    """Who answers for a claim and when it ends; nothing here decides whether it fits."""
+
+    owner: object = None  # a user, or None for nobody
+    contact: str = ""
+    expires_at: datetime | None = None
 
 
 class StaleClaim(ClaimError):
@@ -104,11 +125,33 @@ def check_claim(node: Node, proposed: gpu.Claim, editing: Claim | None = None) -
 _BIDI_CONTROLS = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
+UNREADABLE = "may not hold control or text-direction characters"
+
+
+def is_unreadable(text: str) -> bool:
+    return any(unicodedata.category(c) == "Cc" or c in _BIDI_CONTROLS for c in text)
+
+
+def check_terms(terms: Terms, editing: Claim | None = None) -> BadTerms | None:
+    """A readable contact, and an expiry not already past (an edit may keep its own,
+    which the editor shows to the minute)."""
+    if is_unreadable(terms.contact):
+        return BadTerms("contact", f"the contact {UNREADABLE}")
+    kept = editing is not None and _minute(terms.expires_at) == _minute(editing.expires_at)
+    if terms.expires_at is not None and not kept and terms.expires_at <= timezone.now():
+        return BadTerms("expires_at", "the expiry time is already past; leave it empty for a claim that never ends")
+    return None
+
+
+def _minute(moment: datetime | None) -> datetime | None:
+    return moment.replace(second=0, microsecond=0) if moment is not None else None
+
+
 def check_name(node: Node, name: str, editing: Claim | None = None) -> ClaimError | None:
     """Is `name` a readable name, free on the node ignoring case (the claim being
     edited may keep its own)?"""
-    if any(unicodedata.category(c) == "Cc" or c in _BIDI_CONTROLS for c in name):
-        return BadName("may not hold control or text-direction characters")
+    if is_unreadable(name):
+        return BadName(UNREADABLE)
     others = node.claims.filter(name__iexact=name)
     if editing is not None and editing.pk:
         others = others.exclude(pk=editing.pk)
@@ -126,9 +169,16 @@ def save_claim(
     user,
     editing: Claim | None = None,
     expected_updated_at: datetime | None = None,
+    terms: Terms | None = None,
 ) -> Claim:
-    """Create or (with `editing`) replace a claim. Raises NameTaken, ClaimRejected,
-    StaleClaim (the claim changed after `expected_updated_at`) or ClaimGone."""
+    """Create or (with `editing`) replace a claim. Without `terms` a new claim is
+    owned by `user` and never expires, an edited one keeps its own. Raises NameTaken,
+    BadName, BadTerms, ClaimRejected, StaleClaim (the claim changed after
+    `expected_updated_at`) or ClaimGone."""
+    if terms is not None:
+        bad = check_terms(terms, editing)
+        if bad is not None:
+            raise bad
     try:
         with transaction.atomic():
             locked = Node.objects.select_for_update().get(pk=node.pk)
@@ -151,6 +201,10 @@ def save_claim(
             claim.count = proposed.count if not proposed.device_ids else 0
             claim.device_ids = list(proposed.device_ids)
             claim.missing_devices = []
+            if terms is not None:
+                claim.owner, claim.contact, claim.expires_at = terms.owner, terms.contact, terms.expires_at
+            elif editing is None:
+                claim.owner = claim.created_by
             claim.save()
             _store_reserved(locked)
             action = "claim.update" if before is not None else "claim.create"
@@ -163,7 +217,8 @@ def save_claim(
 
 
 def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None) -> None:
-    """Delete a claim. Raises StaleClaim (changed after `expected_updated_at`) or ClaimGone."""
+    """Delete a claim. Raises StaleClaim (changed after `expected_updated_at`) or ClaimGone.
+    `user` None is the system (the audit log shows "system")."""
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=claim.node_id)
         try:
@@ -181,3 +236,16 @@ def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None
 def _store_reserved(node: Node) -> None:
     node.gpus_reserved = node.ledger().reserved
     node.save(update_fields=["gpus_reserved"])
+
+
+def release_expired(now: datetime | None = None) -> list[str]:
+    """Delete every claim expired by `now`, each through `delete_claim` (node lock,
+    audited as a delete by the system: no user). Returns "claim on node" for each."""
+    released = []
+    for claim in Claim.objects.filter(expires_at__lte=now or timezone.now()).select_related("node"):
+        try:
+            delete_claim(claim, None, expected_updated_at=claim.updated_at)
+        except (ClaimGone, StaleClaim):
+            continue  # deleted, or just given a new expiry, by someone meanwhile
+        released.append(f"{claim.name} on {claim.node.name}")
+    return released

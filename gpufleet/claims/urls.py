@@ -6,6 +6,7 @@ app_name = "claims"
 
 urlpatterns = [
     path("", views.claim_list, name="list"),
+    path("find/", views.find, name="find"),
     path("nodes/<str:name>/panel/", views.panel, name="panel"),
     path("nodes/<str:name>/new/", views.add, name="add"),
     path("nodes/<str:name>/validate/", views.validate_new, name="validate_new"),

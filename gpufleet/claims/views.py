@@ -24,8 +24,9 @@ from gpufleet import gpu
 from gpufleet.audit.models import AuditEntry
 from gpufleet.claims import services
 from gpufleet.claims.filters import ClaimFilter
-from gpufleet.claims.forms import ClaimForm
+from gpufleet.claims.forms import ALL, DEVICES, ClaimForm, PlacementForm
 from gpufleet.claims.models import Claim
+from gpufleet.claims.placement import RULED_OUT_SHOWN, fleet_placement
 from gpufleet.core.access import EDIT_CLAIMS, VIEW, can, requires
 from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.core.querystring import clean_query
@@ -37,6 +38,7 @@ PANEL = "claims/node_claims.html"
 FORM_PAGE = "claims/claim_form.html"
 FORM_PARTIAL = "claim-form"
 CHANGED_EVENT = "claims-changed"
+MAX_PREFILLED_DEVICES = 64
 
 
 def node_url(node: Node) -> str:
@@ -61,7 +63,7 @@ def claims_panel_context(request, node: Node, form: ClaimForm | None = None, not
     ledger = node.ledger(devices=devices, claims=claims)
     can_edit = can(request.user, EDIT_CLAIMS)
     if can_edit and form is None:
-        form = _add_form(node, ledger, devices)
+        form = _add_form(node, ledger, devices, initial=_new_claim_initial(request))
     for claim in claims:
         claim.gpus = _gpu_labels(ledger, claim)
     entries = list(AuditEntry.objects.filter(node=node, action__startswith="claim.")[:AUDIT_ROWS])
@@ -121,14 +123,19 @@ def edit(request: HttpRequest, pk: int) -> HttpResponse:
 def _edit(request, node: Node, editing: Claim | None) -> HttpResponse:
     in_panel = _in_panel(request)
     if request.method == "GET":
-        form = _form(node, editing)
+        form = _form(node, editing, initial=_new_claim_initial(request) if editing is None else None)
         return render_page(request, FORM_PAGE, _form_context(node, form, in_panel), partial=FORM_PARTIAL)
 
     form = _form(node, editing, data=request.POST)
     if form.is_valid():
         try:
             claim = services.save_claim(
-                node, form.proposed(), request.user, editing=editing, expected_updated_at=form.expected_updated_at()
+                node,
+                form.proposed(),
+                request.user,
+                editing=editing,
+                expected_updated_at=form.expected_updated_at(),
+                terms=form.terms(),
             )
         except services.ClaimGone:
             return _gone(request, node, in_panel)
@@ -224,7 +231,7 @@ def claim_list(request: HttpRequest) -> HttpResponse:
     """Every claim in the fleet, filtered by node and searched by claim or node name.
     An invalid filter value lists no claim and is shown at its field and above the
     table, with 200 so HTMX swaps it in."""
-    claims = Claim.objects.select_related("node", "created_by").order_by("node__name", "name")
+    claims = Claim.objects.select_related("node", "created_by", "owner").order_by("node__name", "name")
     claim_filter = ClaimFilter(request.GET, queryset=claims)
     page = Paginator(claim_filter.qs, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
     query = clean_query(request.GET)
@@ -236,16 +243,52 @@ def claim_list(request: HttpRequest) -> HttpResponse:
         "node_filter": claim_filter.cleaned("node"),
         "q": claim_filter.cleaned("q"),
         "query": query.urlencode(),
+        "placement_form": PlacementForm(),
     }
     return render_page(request, "claims/claim_list.html", context, partial="claims-table")
+
+
+@require_GET
+@requires(VIEW)
+def find(request: HttpRequest) -> HttpResponse:
+    """Where can N GPUs go now: the fitting nodes best first, and why each other node
+    cannot take the claim. A GET form; HTMX gets the answer's partial alone. "Claim
+    here" opens the normal claim form, whose save is checked again under the node lock."""
+    form = PlacementForm(request.GET if request.GET else None)
+    placement = fleet_placement(form.placement_request()) if form.is_valid() else None
+    context = {
+        "placement_form": form,
+        "placement": placement,
+        "ruled_out_shown": placement.ruled_out[:RULED_OUT_SHOWN] if placement else [],
+        "ruled_out_counts": [
+            (code, gpu.PLACEMENT_REASONS.get(code, code), count)
+            for code, count in (placement.ruled_out_counts() if placement else {}).items()
+        ],
+        "whole_node": form.is_valid() and form.cleaned_data["whole_node"],
+    }
+    return render_page(request, "claims/find.html", context, partial="placement-result")
 
 
 # --- helpers ---------------------------------------------------------------
 
 
-def _add_form(node: Node, ledger: gpu.Ledger, devices: list[Device], data=None) -> ClaimForm:
+def _new_claim_initial(request) -> dict:
+    """A new claim is owned by whoever adds it; "claim here" (from "find a node")
+    brings the count, every GPU, or the GPUs to pin along in the query."""
+    initial = {"owner": request.user.pk}
+    if request.GET.get("mode") == ALL:
+        initial["mode"] = ALL
+    elif request.GET.getlist(DEVICES):
+        initial.update(mode=DEVICES, devices=request.GET.getlist(DEVICES)[:MAX_PREFILLED_DEVICES])
+    elif request.GET.get("count", "").isdigit() and int(request.GET["count"]) > 0:
+        initial["count"] = int(request.GET["count"])
+    return initial
+
+
+def _add_form(node: Node, ledger: gpu.Ledger, devices: list[Device], data=None, initial=None) -> ClaimForm:
     return ClaimForm(
         data,
+        initial=initial,
         node=node,
         ledger=ledger,
         devices=devices,
@@ -254,11 +297,11 @@ def _add_form(node: Node, ledger: gpu.Ledger, devices: list[Device], data=None) 
     )
 
 
-def _form(node: Node, editing: Claim | None, data=None) -> ClaimForm:
+def _form(node: Node, editing: Claim | None, data=None, initial=None) -> ClaimForm:
     devices = node.current_devices()
     ledger = node.ledger(devices=devices)
     if editing is None:
-        return _add_form(node, ledger, devices, data)
+        return _add_form(node, ledger, devices, data, initial)
     return ClaimForm(
         data,
         node=node,

@@ -20,6 +20,7 @@ ENDPOINTS = {
     "/api/nodes/{name}/claims/": {"get", "post"},
     "/api/claims/": {"get"},
     "/api/claims/{pk}/": {"get", "put", "delete"},
+    "/api/placement": {"get"},
 }
 
 
@@ -35,8 +36,12 @@ def test_it_serves_the_schema_listing_every_endpoint(viewer_client):
     assert schema["components"]["securitySchemes"]["TokenAuth"] == {"type": "http", "scheme": "bearer"}
     post = schema["paths"]["/api/nodes/{name}/claims/"]["post"]
     assert post["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ClaimIn"}
-    assert set(schema["components"]["schemas"]["ClaimIn"]["properties"]) == {"name", "count", "device_ids"}
+    assert set(schema["components"]["schemas"]["ClaimIn"]["properties"]) == {
+        "name", "count", "device_ids", "owner", "contact", "expires_at"
+    }
     assert "page" in {p["name"] for p in schema["paths"]["/api/nodes/"]["get"]["parameters"]}
+    placement = {p["name"] for p in schema["paths"]["/api/placement"]["get"]["parameters"]}
+    assert placement == {"count", "model", "min_free_vram_mib"}
 
 
 def test_it_needs_a_login_for_the_schema_and_the_docs(client, outsider, viewer):

@@ -111,8 +111,9 @@ def test_it_lists_in_fixed_queries(viewer_client, operator, django_assert_num_qu
     for n in range(nodes):
         node = make_node(f"node-{n}", 4)
         Claim.objects.bulk_create(Claim(node=node, name=f"c{i}", count=1, created_by=operator) for i in range(per_node))
-    # session, user, user perms, group perms, count, page (with node and creator), node names
-    with django_assert_num_queries(7):
+    # session, user, user perms, group perms, count, page (with node, creator and owner),
+    # node names, owner names
+    with django_assert_num_queries(8):
         response = viewer_client.get("/claims/")
     assert len(_rows(response.content.decode())) == min(50, nodes * per_node)
     # The fragment does not draw the form, so it skips the node names.

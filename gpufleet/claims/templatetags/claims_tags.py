@@ -1,9 +1,11 @@
 """The claims app's pieces on other apps' pages: `{% claims_panel node %}` on the
-node page and `{% claims_fleet_finding as f %}` for the overview's fleet findings."""
+node page, `{% claims_fleet_finding as f %}` for the overview's fleet findings, and
+`{{ claim|time_left }}` for claims that end."""
 
 from __future__ import annotations
 
 from django import template
+from django.utils import timezone
 
 from gpufleet.claims.summary import missing_devices_finding
 from gpufleet.claims.views import claims_panel_context
@@ -21,3 +23,21 @@ def claims_panel(context, node) -> dict:
 def claims_fleet_finding():
     """Claims that name GPUs their node no longer has, as a fleet finding (or None)."""
     return missing_devices_finding()
+
+
+@register.filter
+def time_left(claim, now=None) -> str:
+    """"3 h left", "expired 2 d ago", or "" for a claim that never ends."""
+    if claim.expires_at is None:
+        return ""
+    seconds = (claim.expires_at - (now or timezone.now())).total_seconds()
+    span = _span(abs(seconds))
+    return f"{span} left" if seconds > 0 else f"expired {span} ago"
+
+
+def _span(seconds: float) -> str:
+    """The largest whole unit: 45 s, 12 min, 3 h, 2 d."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"

@@ -1,0 +1,40 @@
+"""The fleet's placement answer ("where can N GPUs go now?") from the stored nodes.
+
+The ranking and the reasons are the domain's (`gpufleet.gpu.place`, which asks each
+node's ledger); this only loads every node with its current GPUs and claims in a
+fixed number of queries, whatever the fleet size."""
+
+from __future__ import annotations
+
+from django.db.models import Prefetch
+from django.utils import timezone
+
+from gpufleet import gpu
+from gpufleet.fleet.models import Device, FindingStatus, Node, offline_after
+
+# The ruled-out list names this many nodes; the rest are only counted by reason.
+RULED_OUT_SHOWN = 50
+
+
+def fleet_placement(request: gpu.PlacementRequest, now=None) -> gpu.Placement:
+    """Three queries: the nodes, their current GPUs, their claims."""
+    stale_before = (now or timezone.now()) - offline_after()
+    nodes = Node.objects.order_by("name").prefetch_related(
+        Prefetch(
+            "devices",
+            queryset=Device.objects.filter(vanished_at__isnull=True).order_by("index"),
+            to_attr="current_devices_cache",
+        ),
+        "claims",
+    )
+    candidates = (
+        gpu.Candidate(
+            name=node.name,
+            ledger=node.ledger(claims=list(node.claims.all())),
+            offline=node.offline,
+            failing=node.health == FindingStatus.FAIL,
+            stale=node.last_seen < stale_before,
+        )
+        for node in nodes
+    )
+    return gpu.place(request, candidates)
