@@ -1,6 +1,14 @@
 from django.contrib import admin
 
-from gpufleet.fleet.models import Device, DeviceSample, Finding, Node, XidAcknowledgement
+from gpufleet.fleet.models import (
+    Device,
+    DeviceSample,
+    DeviceSample1h,
+    DeviceSample5m,
+    Finding,
+    Node,
+    XidAcknowledgement,
+)
 
 
 class DeviceInline(admin.TabularInline):
@@ -47,6 +55,25 @@ class DeviceSampleAdmin(admin.ModelAdmin):
     list_display = ["device", "collected_at", "vram_used_mib", "utilization_percent"]
     list_select_related = ["device__node"]
     date_hierarchy = "collected_at"
+
+
+class SampleRollupAdmin(admin.ModelAdmin):
+    """Rollups are made by the housekeeping only: shown, never edited here."""
+
+    list_display = ["device", "bucket", "samples", "utilization_percent_avg", "utilization_percent_max",
+                    "vram_used_mib_max", "temperature_c_max", "power_draw_w_max"]
+    list_select_related = ["device__node"]
+    search_fields = ["device__node__name", "device__uuid"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+admin.site.register(DeviceSample5m, SampleRollupAdmin)
+admin.site.register(DeviceSample1h, SampleRollupAdmin)
 
 
 @admin.register(XidAcknowledgement)

@@ -1,9 +1,11 @@
 """Small history charts for the node page, as SVG polyline point lists.
 
 Pure Python (no Django): the node page passes one GPU's samples in, the template
-draws the returned points inside an <svg>. Samples are bucketed to one point per
-horizontal pixel step (the bucket's peak, so short spikes stay visible), and a
-missing value or a long silence breaks the line instead of drawing a slope
+draws the returned points inside an <svg>. A sample is one collection or, for the
+longer ranges, a rollup of many (gpufleet/fleet/history.py): the line follows its
+mean, the peaks and hover figures its maximum. Samples are bucketed to one point
+per horizontal pixel step (the bucket's highest, so short spikes stay visible),
+and a missing value or a long silence breaks the line instead of drawing a slope
 across time the node did not report."""
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 WIDTH, HEIGHT, PAD = 240, 48, 2
 BUCKETS = 120
@@ -22,13 +25,26 @@ DEFAULT_RANGE = "24h"
 HOVER_COLUMNS = 24
 
 
-@dataclass(frozen=True)
-class Sample:
+class Sample(NamedTuple):
+    """One point of a GPU's history: one collection (`count` 1, its values are also
+    its peaks) or a rollup of `count` collections (the values are their means, the
+    `*_max` fields their maxima). A tuple: a page builds thousands."""
+
     at: datetime
-    vram_used_mib: int | None
-    utilization_percent: int | None
-    temperature_c: int | None = None
+    vram_used_mib: float | None
+    utilization_percent: float | None
+    temperature_c: float | None = None
     power_draw_w: float | None = None
+    count: int = 1
+    vram_used_mib_max: int | None = None
+    utilization_percent_max: int | None = None
+    temperature_c_max: int | None = None
+    power_draw_w_max: float | None = None
+
+    def peak(self, measure: str):
+        """The highest value of `measure` ("vram_used_mib" ...) this point stands for."""
+        highest = getattr(self, f"{measure}_max")
+        return getattr(self, measure) if highest is None else highest
 
 
 @dataclass(frozen=True)
@@ -82,19 +98,38 @@ def segments(
     span = (end - start).total_seconds()
     if span <= 0 or top <= 0:
         return ()
+    placed = [(_offset(at, start, span), value) for at, value in points]
+    return _segments(placed, span, top, width=width, height=height, buckets=buckets, max_gap=max_gap)
+
+
+def _offset(at: datetime, start: datetime, span: float) -> float | None:
+    """Where `at` falls, as a share (0..1) of the chart's time; None outside it."""
+    offset = (at - start).total_seconds()
+    return offset / span if 0 <= offset <= span else None
+
+
+def _segments(
+    placed: Iterable[tuple[float | None, float | None]],
+    span: float,
+    top: float,
+    *,
+    width: int = WIDTH,
+    height: int = HEIGHT,
+    buckets: int = BUCKETS,
+    max_gap: timedelta = MAX_GAP,
+) -> tuple[str, ...]:
+    if top <= 0:
+        return ()
     peaks: dict[int, float] = {}
-    seen: dict[int, datetime] = {}
     broken: set[int] = set()  # buckets that hold a missing value
-    for at, value in points:
-        offset = (at - start).total_seconds()
-        if offset < 0 or offset > span:
+    for share, value in placed:
+        if share is None:
             continue
-        bucket = min(buckets - 1, int(offset / span * buckets))
+        bucket = min(buckets - 1, int(share * buckets))
         if value is None:
             broken.add(bucket)
             continue
         peaks[bucket] = max(value, peaks.get(bucket, value))
-        seen[bucket] = max(at, seen.get(bucket, at))
 
     step = width / buckets
     runs: list[list[tuple[float, float]]] = []
@@ -132,51 +167,54 @@ def gpu_chart(
     start = end - timedelta(hours=hours)
     # A silence longer than a twentieth of the range breaks the line (15 min in 24 h).
     gap = max(MAX_GAP * hours / 24, timedelta(minutes=2))
-    vram = [s.vram_used_mib for s in samples if s.vram_used_mib is not None]
-    util = [s.utilization_percent for s in samples if s.utilization_percent is not None]
-    temps = [s.temperature_c for s in samples if s.temperature_c is not None]
-    watts = [s.power_draw_w for s in samples if s.power_draw_w is not None]
+    vram = _peaks(samples, "vram_used_mib")
+    util = _peaks(samples, "utilization_percent")
+    temps = _peaks(samples, "temperature_c")
+    watts = _peaks(samples, "power_draw_w")
     vram_top = vram_total_mib or max(vram, default=0)
     power_top = power_limit_w or max(watts, default=0)
+    span = (end - start).total_seconds()
+    # Where each sample falls, worked out once for all four lines and the hover columns.
+    shares = [_offset(s.at, start, span) if span > 0 else None for s in samples]
 
     def line(values, top: float) -> tuple[str, ...]:
-        return segments(values, start, end, float(top or 0), max_gap=gap)
+        return _segments(zip(shares, values, strict=True), span, float(top or 0), max_gap=gap)
 
     return Chart(
         start=start,
         end=end,
-        vram=line(((s.at, s.vram_used_mib) for s in samples), vram_top),
-        util=line(((s.at, s.utilization_percent) for s in samples), 100.0),
-        samples=len(samples),
+        vram=line((s.vram_used_mib for s in samples), vram_top),
+        util=line((s.utilization_percent for s in samples), 100.0),
+        samples=sum(s.count for s in samples),
         vram_peak_mib=max(vram, default=None),
         util_peak=max(util, default=None),
-        temperature=line(((s.at, s.temperature_c) for s in samples), 100.0),
-        power=line(((s.at, s.power_draw_w) for s in samples), power_top),
+        temperature=line((s.temperature_c for s in samples), 100.0),
+        power=line((s.power_draw_w for s in samples), power_top),
         temperature_peak=max(temps, default=None),
         power_peak_w=max(watts, default=None),
-        columns=_columns(samples, start, end),
+        columns=_columns(samples, shares, start, end),
     )
 
 
-def _columns(samples: Sequence[Sample], start: datetime, end: datetime) -> tuple[Column, ...]:
-    span = (end - start).total_seconds()
-    if span <= 0:
-        return ()
+def _peaks(samples: Sequence[Sample], measure: str) -> list:
+    return [peak for s in samples if (peak := s.peak(measure)) is not None]
+
+
+def _columns(samples: Sequence[Sample], shares: list[float | None], start: datetime, end: datetime) -> tuple[Column, ...]:
     buckets: dict[int, list[Sample]] = {}
-    for sample in samples:
-        offset = (sample.at - start).total_seconds()
-        if 0 <= offset <= span:
-            buckets.setdefault(min(HOVER_COLUMNS - 1, int(offset / span * HOVER_COLUMNS)), []).append(sample)
+    for sample, share in zip(samples, shares, strict=True):
+        if share is not None:
+            buckets.setdefault(min(HOVER_COLUMNS - 1, int(share * HOVER_COLUMNS)), []).append(sample)
     step = WIDTH / HOVER_COLUMNS
     columns = []
     for index, found in sorted(buckets.items()):
         begin = start + (end - start) * index / HOVER_COLUMNS
         parts = [f"{begin:%H:%M}–{begin + (end - start) / HOVER_COLUMNS:%H:%M}"]
         for label, values, unit in (
-            ("VRAM peak", [s.vram_used_mib / 1024 for s in found if s.vram_used_mib is not None], " GiB"),
-            ("util. peak", [s.utilization_percent for s in found if s.utilization_percent is not None], " %"),
-            ("temp. peak", [s.temperature_c for s in found if s.temperature_c is not None], " °C"),
-            ("power peak", [s.power_draw_w for s in found if s.power_draw_w is not None], " W"),
+            ("VRAM peak", [mib / 1024 for mib in _peaks(found, "vram_used_mib")], " GiB"),
+            ("util. peak", _peaks(found, "utilization_percent"), " %"),
+            ("temp. peak", _peaks(found, "temperature_c"), " °C"),
+            ("power peak", _peaks(found, "power_draw_w"), " W"),
         ):
             if values:
                 parts.append(f"{label} {max(values):.0f}{unit}" if unit != " GiB" else f"{label} {max(values):.1f}{unit}")

@@ -252,6 +252,10 @@ class Device(models.Model):
     def processes(self) -> list[dict]:
         return self.health.get("processes") or []
 
+    @property
+    def attached_idle(self) -> list[dict]:
+        return self.health.get("attached_idle") or []
+
 
 class Finding(models.Model):
     """One doctor finding of a node's latest snapshot."""
@@ -280,15 +284,21 @@ class Finding(models.Model):
 
 
 class DeviceSample(models.Model):
-    """VRAM used and utilization of one GPU at one collection, for the history charts.
-    Pruned after GPUFLEET_HISTORY_RETENTION_HOURS."""
+    """What one GPU reported at one collection (the raw history), kept
+    GPUFLEET_HISTORY_RAW_HOURS and rolled up into `DeviceSample5m` meanwhile. On
+    PostgreSQL the table is partitioned by `collected_at` (see fleet/partitions.py):
+    its primary key there is (id, collected_at), `id` alone to Django."""
 
-    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="samples")
+    # No index of its own: the (device, collected_at) index serves lookups by device.
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="samples", db_index=False)
     collected_at = models.DateTimeField()
     vram_used_mib = models.BigIntegerField(null=True, blank=True)
     utilization_percent = models.IntegerField(null=True, blank=True)
     temperature_c = models.IntegerField(null=True, blank=True)
     power_draw_w = models.FloatField(null=True, blank=True)
+
+    # The figures a rollup keeps the minimum, mean and maximum of.
+    MEASURES = ("vram_used_mib", "utilization_percent", "temperature_c", "power_draw_w")
 
     class Meta:
         ordering = ["device", "collected_at"]
@@ -296,6 +306,63 @@ class DeviceSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.device} at {self.collected_at:%Y-%m-%d %H:%M:%S}"
+
+
+class SampleRollup(models.Model):
+    """One GPU's samples over one bucket of time (from `bucket`, `resolution` long):
+    how many there were and the minimum, mean and maximum of each measure (None when
+    none of them had it). Written only by gpufleet.fleet.history's roll-up."""
+
+    resolution: timedelta  # set by each series
+
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="+", db_index=False)
+    bucket = models.DateTimeField(help_text="Start of the bucket.")
+    samples = models.PositiveIntegerField(default=0)
+    vram_used_mib_min = models.BigIntegerField(null=True, blank=True)
+    vram_used_mib_avg = models.FloatField(null=True, blank=True)
+    vram_used_mib_max = models.BigIntegerField(null=True, blank=True)
+    utilization_percent_min = models.IntegerField(null=True, blank=True)
+    utilization_percent_avg = models.FloatField(null=True, blank=True)
+    utilization_percent_max = models.IntegerField(null=True, blank=True)
+    temperature_c_min = models.IntegerField(null=True, blank=True)
+    temperature_c_avg = models.FloatField(null=True, blank=True)
+    temperature_c_max = models.IntegerField(null=True, blank=True)
+    power_draw_w_min = models.FloatField(null=True, blank=True)
+    power_draw_w_avg = models.FloatField(null=True, blank=True)
+    power_draw_w_max = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["device", "bucket"]
+
+    def __str__(self) -> str:
+        return f"{self.device} from {self.bucket:%Y-%m-%d %H:%M}, {self.samples} samples"
+
+
+class DeviceSample5m(SampleRollup):
+    """Five-minute rollups of `DeviceSample`, kept GPUFLEET_HISTORY_5M_DAYS; partitioned
+    by `bucket` on PostgreSQL like the raw samples."""
+
+    resolution = timedelta(minutes=5)
+
+    class Meta(SampleRollup.Meta):
+        verbose_name = "device sample (5 minutes)"
+        verbose_name_plural = "device samples (5 minutes)"
+        # The unique index serves the charts (device, time range) and the roll-up's upsert.
+        constraints = [models.UniqueConstraint(fields=["device", "bucket"], name="one_5m_rollup_per_bucket")]
+        indexes = [models.Index(fields=["bucket"], name="fleet_5m_bucket_idx")]
+
+
+class DeviceSample1h(SampleRollup):
+    """Hourly rollups, made from the five-minute ones and kept GPUFLEET_HISTORY_HOURLY_DAYS."""
+
+    resolution = timedelta(hours=1)
+
+    class Meta(SampleRollup.Meta):
+        verbose_name = "device sample (hourly)"
+        verbose_name_plural = "device samples (hourly)"
+        constraints = [models.UniqueConstraint(fields=["device", "bucket"], name="one_1h_rollup_per_bucket")]
+        indexes = [models.Index(fields=["bucket"], name="fleet_1h_bucket_idx")]
 
 
 class XidAcknowledgement(models.Model):

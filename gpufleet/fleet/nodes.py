@@ -1,6 +1,8 @@
 """What the node page shows, read with a fixed number of queries whatever the
-node's GPU count: its devices (current first, then vanished) with their 24 h
-charts from one sample query, and its findings worst first."""
+node's GPU count and however much history it has: its devices (current first,
+then vanished) with their charts (one or two history queries for all GPUs, from
+the series that fits the range: gpufleet/fleet/history.py), and its findings
+worst first."""
 
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ from datetime import datetime, timedelta
 from django.db.models import prefetch_related_objects
 
 from gpufleet import gpu
-from gpufleet.fleet import charts
-from gpufleet.fleet.models import Device, DeviceSample, Finding, FindingStatus, Node
+from gpufleet.fleet import charts, history
+from gpufleet.fleet.models import Device, Finding, FindingStatus, Node
 
 HISTORY_HOURS = charts.RANGES[charts.DEFAULT_RANGE]
 
@@ -48,14 +50,7 @@ _GPU_ASPECT = re.compile(r"gpu([0-9]+)\.([a-z]+)")
 
 def device_rows(node: Node, ledger: gpu.Ledger, now: datetime, hours: float = HISTORY_HOURS) -> list[DeviceRow]:
     devices = sorted(node.devices.all(), key=lambda d: (d.vanished, d.index, d.uuid))
-    samples: dict[int, list[charts.Sample]] = defaultdict(list)
-    rows = (
-        DeviceSample.objects.filter(device__node=node, collected_at__gte=now - timedelta(hours=hours))
-        .order_by("device_id", "collected_at")
-        .values_list("device_id", "collected_at", "vram_used_mib", "utilization_percent", "temperature_c", "power_draw_w")
-    )
-    for device_id, *values in rows:
-        samples[device_id].append(charts.Sample(*values))
+    samples = history.chart_samples([d.pk for d in devices], now - timedelta(hours=hours), now)
     by_gpu: dict[int, dict[str, Finding]] = defaultdict(dict)
     # The page has read the findings already (findings_worst_first); reuse them.
     findings = getattr(node, "findings_cache", None)

@@ -1,15 +1,14 @@
-"""The fleet jobs of the central beat: offline marking and history pruning."""
+"""The fleet jobs of the central beat: offline marking, and the history's
+housekeeping (roll-ups and retention, gpufleet/fleet/history.py)."""
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 from celery import shared_task
-from django.conf import settings
-from django.utils import timezone
 
-from gpufleet.fleet.models import DeviceSample, Node
+from gpufleet.fleet import history
+from gpufleet.fleet.models import Node
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +22,22 @@ def mark_offline() -> int:
     return count
 
 
+@shared_task(name="gpufleet.fleet.tasks.roll_history", ignore_result=True)
+def roll_history() -> dict[str, int]:
+    """Every five minutes: partitions made ahead (PostgreSQL), then the finished
+    buckets rolled up. Returns the rollup rows written per series."""
+    made = history.prepare_partitions()
+    if made:
+        log.info("made history partitions %s", ", ".join(made))
+    return history.roll()
+
+
 @shared_task(name="gpufleet.fleet.tasks.prune_history", ignore_result=True)
-def prune_history() -> int:
-    cutoff = timezone.now() - timedelta(hours=settings.GPUFLEET_HISTORY_RETENTION_HOURS)
-    deleted, _ = DeviceSample.objects.filter(collected_at__lt=cutoff).delete()
-    return deleted
-
-
+def prune_history() -> dict[str, int]:
+    """Every hour: what each series keeps no longer goes. Returns the rows deleted
+    per series (partitions dropped on PostgreSQL are logged, not counted in rows)."""
+    pruned = history.prune()
+    for each in pruned:
+        if each.partitions:
+            log.info("dropped %s history partitions %s", each.series, ", ".join(each.partitions))
+    return {each.series: each.rows for each in pruned}

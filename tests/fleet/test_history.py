@@ -1,16 +1,20 @@
-"""The node page's history: 1 h / 6 h / 24 h / 7 d, with temperature and power
+"""The node page's history: 1 h / 6 h / 24 h / 7 d, each read from the coarsest
+series that fills it (raw, 5-minute or hourly rollups), with temperature and power
 beside VRAM and utilization, axes, and the figures of each stretch on hover."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from gpufleet.fleet.charts import HOVER_COLUMNS, Sample, gpu_chart
-from gpufleet.fleet.models import Device, DeviceSample
+from gpufleet.fleet import charts, history
+from gpufleet.fleet.benchmarks import add_history
+from gpufleet.fleet.charts import HEIGHT, HOVER_COLUMNS, PAD, Sample, gpu_chart
+from gpufleet.fleet.models import Device, DeviceSample, DeviceSample5m
 from tests.factories import ingest
 
 END = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
@@ -37,16 +41,56 @@ def test_a_silence_breaks_the_line_at_the_range_s_own_scale():
 @pytest.mark.parametrize("wanted,shown,hours", [("1h", "1h", 1), ("7d", "7d", 168), ("junk", "24h", 24), ("", "24h", 24)])
 def test_the_node_page_offers_each_range(viewer_client, wanted, shown, hours):
     node = ingest("alpha", 1)
-    device = Device.objects.get(node=node)
     now = timezone.now()
-    DeviceSample.objects.bulk_create(
-        DeviceSample(device=device, collected_at=now - timedelta(hours=h), vram_used_mib=1, utilization_percent=10,
-                     temperature_c=50, power_draw_w=100.0)
-        for h in (0.5, 3, 12, 100)
-    )
+    add_history(list(node.devices.all()), now, hours=8 * 24, every=timedelta(minutes=10))
     html = viewer_client.get(reverse("fleet:node_detail", args=["alpha"]), {"range": wanted}).content.decode()
     assert f'<strong aria-current="true">{shown}</strong>' in html
-    expected = sum(1 for h in (0.5, 3, 12, 100) if h <= hours) + 1  # plus the ingested sample, now
-    assert f"{shown}, {expected} samples" in html
+    # One sample every 10 minutes over the range (the rollups count their samples),
+    # give or take the bucket cut at the range's start; plus the ingested one, now.
+    shown_samples = int(re.search(rf"{shown}, (\d+) samples", html).group(1))
+    assert hours * 6 - 12 <= shown_samples <= hours * 6 + 1
     assert html.count("<title>GPU 0 ") >= 1
     assert 'class="spark-temp"' in html and 'class="spark-power"' in html
+
+
+@pytest.mark.parametrize("hours,series", [(1, "raw"), (6, "raw"), (24, "5m"), (24 * 7, "1h")])
+def test_each_range_reads_the_coarsest_series_that_fills_it(hours, series):
+    assert history.series_for(timedelta(hours=hours)).name == series
+
+
+def test_a_range_longer_than_a_series_is_kept_reads_a_coarser_one(settings):
+    settings.GPUFLEET_HISTORY_RAW_HOURS = 2
+    assert history.series_for(timedelta(hours=6)).name == "5m"
+    settings.GPUFLEET_HISTORY_5M_DAYS = 0.5
+    assert history.series_for(timedelta(hours=24)).name == "1h"
+
+
+@pytest.mark.django_db
+def test_the_24h_chart_reads_five_minute_rollups_then_the_raw_samples_after_them(django_assert_num_queries):
+    device = Device.objects.get(node=ingest("alpha", 1, at=datetime.now(UTC) - timedelta(days=2)))
+    now = timezone.now()
+    add_history([device], now, hours=24, every=timedelta(minutes=1))
+    DeviceSample.objects.create(device=device, collected_at=now - timedelta(seconds=20), utilization_percent=100)
+    DeviceSample5m.objects.filter(bucket__gte=now - timedelta(minutes=30)).update(utilization_percent_max=0)
+    with django_assert_num_queries(2):
+        samples = history.chart_samples([device.pk], now - timedelta(hours=24), now)[device.pk]
+    # One point per chart column (12 minutes), grouped by the database; one sample a minute.
+    assert charts.BUCKETS - 1 <= len(samples) <= charts.BUCKETS + 2
+    assert sum(s.count for s in samples) == pytest.approx(24 * 60, abs=15)
+    assert [s.at for s in samples] == sorted(s.at for s in samples) and samples[0].at >= now - timedelta(hours=24)
+    # The last 15 minutes come from the raw samples (the rollups there were spoilt
+    # above, and are not read): they reach up to now.
+    assert samples[-1].peak("utilization_percent") == 100
+    assert all(s.peak("utilization_percent") > 0 for s in samples if s.at >= now - timedelta(minutes=14))
+
+
+def test_a_rollup_draws_its_mean_and_reports_its_maximum():
+    at = END - timedelta(minutes=30)
+    rollup = Sample(at, 40_000.0, 50.0, 60.0, 300.0, count=10, vram_used_mib_max=70_000, utilization_percent_max=90,
+                    temperature_c_max=81, power_draw_w_max=650.0)
+    chart = gpu_chart([rollup], 80_000, END, hours=1, power_limit_w=700.0)
+    assert chart.samples == 10
+    assert (chart.util_peak, chart.vram_peak_mib, chart.temperature_peak, chart.power_peak_w) == (90, 70_000, 81, 650.0)
+    (line,) = chart.util
+    assert {y for _, y in (map(float, p.split(",")) for p in line.split())} == {PAD + (HEIGHT - 2 * PAD) * 0.5}
+    assert "util. peak 90 %" in chart.columns[0].title

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
+from gpufleet.fleet.tasks import roll_history
 from tests.factories import hx, ingest
 
 
@@ -109,13 +110,15 @@ def _with_history(name: str, gpus: int) -> None:
     start = timezone.now() - timedelta(hours=3)
     for i in range(4):
         ingest(name, gpus, at=start + timedelta(minutes=30 * i))
+    roll_history()  # as the central beat does every five minutes
 
 
 # session, user, permissions (user, groups), node, findings; the claims panel's
 # own (devices, claims, recent claim changes: owned by the claims editor, so this
-# number moves when that panel does); devices, all samples of the node in one
-# query, recent jobs. Nothing per GPU.
-NODE_PAGE_QUERIES = 11
+# number moves when that panel does); devices, the history of all its GPUs (the
+# default 24 h: five-minute rollups, then the raw samples after them), recent jobs.
+# Nothing per GPU.
+NODE_PAGE_QUERIES = 13
 
 
 @pytest.mark.django_db
@@ -127,3 +130,33 @@ def test_it_reads_a_fixed_number_of_queries(admin_role_client, django_assert_num
     with django_assert_num_queries(NODE_PAGE_QUERIES):
         page = admin_role_client.get("/nodes/alpha/").content.decode()
     assert page.count('<svg class="spark"') == gpus
+
+
+@pytest.mark.django_db
+def test_its_cost_does_not_grow_with_the_history_stored(admin_role_client):
+    """A node with an hour of history and one with 30 days read the same queries in
+    every range (one history query from raw samples, two from rollups), and each
+    chart gets at most a point per column (and the tail's) whatever is stored."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from gpufleet.fleet import charts, history
+    from gpufleet.fleet.benchmarks import add_history
+
+    now = timezone.now()
+    little, much = ingest("little", 2), ingest("much", 2)
+    add_history(list(little.devices.all()), now, hours=1, every=timedelta(minutes=1))
+    add_history(list(much.devices.all()), now, hours=30 * 24, every=timedelta(minutes=5))
+    counts = {}
+    for history_range, hours in charts.RANGES.items():
+        span = timedelta(hours=hours)
+        points = history.chart_samples([d.pk for d in much.devices.all()], now - span, now)
+        assert all(len(found) <= charts.BUCKETS + 2 for found in points.values()), history_range
+        for name in ("little", "much"):
+            with CaptureQueriesContext(connection) as ctx:
+                page = admin_role_client.get(f"/nodes/{name}/", {"range": history_range}).content.decode()
+            assert page.count("<polyline") >= 2
+            counts[history_range, name] = len(ctx)
+    assert counts["24h", "much"] == NODE_PAGE_QUERIES
+    assert {counts[r, "little"] for r in ("1h", "6h")} == {counts[r, "much"] for r in ("1h", "6h")} == {NODE_PAGE_QUERIES - 1}
+    assert {counts[r, "little"] for r in ("24h", "7d")} == {counts[r, "much"] for r in ("24h", "7d")} == {NODE_PAGE_QUERIES}

@@ -1,4 +1,5 @@
-"""Central beat jobs: offline marking and history pruning."""
+"""Central beat jobs: offline marking and the history's housekeeping (the roll-up
+and retention themselves are tested in test_history_housekeeping.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from gpufleet.fleet import tasks
-from gpufleet.fleet.models import DeviceSample, Node
+from gpufleet.fleet import history, tasks
+from gpufleet.fleet.models import DeviceSample, DeviceSample5m, Node
 from gpufleet.ingest.services import ingest_snapshot
 from gpufleet.ingest.tasks import ingest as ingest_task
 from tests.factories import snapshot
@@ -28,14 +29,34 @@ def test_a_node_goes_offline_after_three_missed_intervals(settings):
     assert tasks.mark_offline() == 0  # already offline: nothing to do twice
 
 
-def test_history_older_than_the_retention_is_pruned(settings):
-    settings.GPUFLEET_HISTORY_RETENTION_HOURS = 24
+def test_raw_history_older_than_its_retention_is_pruned(settings):
+    settings.GPUFLEET_HISTORY_RAW_HOURS = 6
     now = timezone.now()
-    ingest_snapshot(snapshot("n", gpus=2, at=now - timedelta(hours=25)), now=now)
+    # Far enough apart that on PostgreSQL the old one's whole partition is older than 6 h.
+    ingest_snapshot(snapshot("n", gpus=2, at=now - timedelta(hours=9)), now=now)
     ingest_snapshot(snapshot("n", gpus=2, at=now - timedelta(hours=1)), now=now)
     assert DeviceSample.objects.count() == 4
-    assert tasks.prune_history() == 2
-    assert DeviceSample.objects.filter(collected_at__lt=now - timedelta(hours=24)).count() == 0
+    tasks.prune_history()
+    assert DeviceSample.objects.count() == 2
+    assert DeviceSample.objects.filter(collected_at__lt=now - timedelta(hours=6)).count() == 0
+
+
+def test_the_roll_up_task_rolls_finished_buckets():
+    ingest_snapshot(snapshot("n", gpus=2, at=timezone.now() - timedelta(minutes=20)))
+    assert tasks.roll_history()["5m"] == 2  # (the hourly one too, when those 20 min crossed an hour)
+    assert DeviceSample5m.objects.count() == 2
+
+
+def test_the_central_beat_runs_the_history_housekeeping():
+    from django.conf import settings
+
+    from gpufleet.celery import app
+
+    tasks_by_entry = {name: entry["task"] for name, entry in settings.CELERY_BEAT_SCHEDULE.items()}
+    assert tasks_by_entry["roll-history"] == "gpufleet.fleet.tasks.roll_history"
+    assert tasks_by_entry["prune-history"] == "gpufleet.fleet.tasks.prune_history"
+    assert settings.CELERY_BEAT_SCHEDULE["roll-history"]["schedule"] == history.ROLL_EVERY.total_seconds()
+    assert {"gpufleet.fleet.tasks.roll_history", "gpufleet.fleet.tasks.prune_history"} <= set(app.tasks)
 
 
 def test_the_ingest_task_finishes_the_job_it_answers(admin_user):
