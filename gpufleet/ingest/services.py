@@ -1,5 +1,6 @@
-"""Storing one agent snapshot. One snapshot is one transaction with a fixed number
-of SQL statements whatever the node's GPU count (see tests/ingest/test_ingest.py)."""
+"""Storing agent snapshots. A batch of snapshots is one transaction with a fixed
+number of SQL statements whatever its size and the nodes' GPU counts (see
+tests/ingest/test_batches.py); one snapshot is a batch of one."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from gpufleet import gpu
@@ -35,108 +36,219 @@ class IngestResult:
 
 
 def ingest_snapshot(data, now=None) -> IngestResult:
-    """Validate and store one snapshot. A malformed one is rejected with a logged
-    reason and writes nothing; one not newer than the stored one is ignored."""
-    now = now or timezone.now()
-    try:
-        snapshot = parse_snapshot(data)
-        if snapshot.collected_at > now + MAX_CLOCK_SKEW:
-            raise SnapshotError(f"collected_at {snapshot.collected_at.isoformat()} is in the future (agent clock?)")
-    except SnapshotError as exc:
-        name = data.get("node", "") if isinstance(data, dict) else ""
-        name = name[:200] if isinstance(name, str) else ""
-        reason = str(exc)[:_REASON_MAX]  # bounded: the input is the attacker's
-        log.warning("rejected snapshot from node %r: %s", name, reason)
-        _show_rejection(name, reason, now)
-        return IngestResult(REJECTED, name, reason)
+    """Validate and store one snapshot: a batch of one (see `ingest_snapshots`)."""
+    return ingest_snapshots([data], now)[0]
 
-    with transaction.atomic():
-        node = _locked_node(snapshot.node, now)
+
+def ingest_snapshots(datas: list, now=None) -> list[IngestResult]:
+    """Validate and store a batch of snapshots; one result per snapshot, in order.
+
+    Each snapshot keeps the guarantees it has alone: it is validated alone (a
+    malformed one is rejected with its logged reason and writes nothing), one not
+    newer than the stored one (or than another of its node in the batch) is
+    ignored, and each is stored whole or not at all. The batch is written in one
+    transaction whose statement count does not grow with the batch size or the GPU
+    count (tests/ingest/test_batches.py). If the database refuses the batch, each
+    snapshot is tried again in its own transaction, so only the refused one is
+    rejected. Transient errors (OperationalError, InterfaceError: the database
+    restarting) are raised for the caller to retry: nothing is lost or rejected."""
+    now = now or timezone.now()
+    results: list[IngestResult | None] = [None] * len(datas)
+    rejected: dict[str, tuple[int, str]] = {}  # node -> (position, reason) of its last rejection
+    newest: dict[str, tuple[int, Snapshot]] = {}
+    for position, data in enumerate(datas):
+        try:
+            snapshot = _validated(data, now)
+        except SnapshotError as exc:
+            name = data.get("node", "") if isinstance(data, dict) else ""
+            name = name[:200] if isinstance(name, str) else ""
+            reason = str(exc)[:_REASON_MAX]  # bounded: the input is the attacker's
+            log.warning("rejected snapshot from node %r: %s", name, reason)
+            results[position] = IngestResult(REJECTED, name, reason)
+            rejected[name] = (position, reason)
+            continue
+        kept = newest.get(snapshot.node)
+        if kept is not None and snapshot.collected_at <= kept[1].collected_at:
+            results[position] = IngestResult(STALE, snapshot.node, "a newer snapshot of this node came in the same batch")
+            continue
+        if kept is not None:
+            results[kept[0]] = IngestResult(STALE, snapshot.node, "a newer snapshot of this node came in the same batch")
+        newest[snapshot.node] = (position, snapshot)
+
+    batch = sorted(newest.values(), key=lambda item: item[1].node)
+    if batch:
+        try:
+            with transaction.atomic():
+                stored = _store_batch([snapshot for _, snapshot in batch], now)
+        except (OperationalError, InterfaceError):
+            raise
+        except DatabaseError as exc:
+            log.warning("the database refused a batch of %d snapshots (%s); storing them one by one", len(batch), exc)
+            stored = {}
+            for _, snapshot in batch:
+                try:
+                    with transaction.atomic():
+                        stored |= _store_batch([snapshot], now)
+                except (OperationalError, InterfaceError):
+                    raise
+                except DatabaseError as one:
+                    reason = f"the database refused it: {one}"[:_REASON_MAX]
+                    log.warning("rejected snapshot from node %r: %s", snapshot.node, reason)
+                    stored[snapshot.node] = IngestResult(REJECTED, snapshot.node, reason)
+        for position, snapshot in batch:
+            results[position] = stored[snapshot.node]
+            if stored[snapshot.node].outcome == REJECTED:
+                rejected[snapshot.node] = (position, stored[snapshot.node].reason)
+
+    # A rejection shows on its node unless a snapshot of that node stored after it
+    # (later in the batch) already says something newer.
+    shown = [
+        (name, reason) for name, (position, reason) in rejected.items()
+        if name and not (name in newest and newest[name][0] > position and results[newest[name][0]].outcome == ACCEPTED)
+    ]
+    if shown:
+        _show_rejections(shown, now)
+    return results  # type: ignore[return-value]
+
+
+def _validated(data, now) -> Snapshot:
+    snapshot = parse_snapshot(data)
+    if snapshot.collected_at > now + MAX_CLOCK_SKEW:
+        raise SnapshotError(f"collected_at {snapshot.collected_at.isoformat()} is in the future (agent clock?)")
+    return snapshot
+
+
+def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
+    """Store snapshots of distinct nodes (sorted by name), inside the caller's transaction,
+    with a fixed number of set-based statements."""
+    nodes = _locked_nodes([s.node for s in snapshots], now)
+    results, fresh = {}, []
+    for snapshot in snapshots:
+        node = nodes[snapshot.node]
         if node.collected_at is not None and snapshot.collected_at <= node.collected_at:
             log.info("ignored snapshot from %s taken %s: not newer than the stored one", node, snapshot.collected_at)
-            return IngestResult(STALE, node.name, "not newer than the stored snapshot")
-        devices = _store_devices(node, snapshot, now)
-        lost = list(node.devices.filter(vanished_at__isnull=False).order_by("index"))
-        ledger = _flag_claims(node, devices)
-        findings = _central_findings(node, snapshot, devices, lost, ledger)
-        _store_findings(node, findings)
-        _update_node(node, snapshot, devices, now)
+            results[node.name] = IngestResult(STALE, node.name, "not newer than the stored snapshot")
+        else:
+            fresh.append((node, snapshot))
+            results[node.name] = IngestResult(ACCEPTED, node.name)
+    if not fresh:
+        return results
+    devices = _store_devices(fresh, now)
+    lost = _lost_devices([node for node, _ in fresh])
+    claims = _claims([node for node, _ in fresh])
+    all_findings, changed_claims = [], []
+    for node, snapshot in fresh:
+        ledger, changed = _flag_claims(node, devices[node.pk], claims[node.pk])
+        changed_claims += changed
+        findings = _central_findings(node, snapshot, devices[node.pk], lost[node.pk], ledger)
+        all_findings.append((node, findings))
+        _update_node(node, snapshot, devices[node.pk], now)
         node.health = gpu.Status.worst(f.status for f in findings)
         node.problem = _problem(findings)
-        node.gpu_models = ", ".join(sorted({d.name for d in devices}))[:500]
-        node.gpus_lost = len(lost)
+        node.gpu_models = ", ".join(sorted({d.name for d in devices[node.pk]}))[:500]
+        node.gpus_lost = len(lost[node.pk])
         node.gpus_reserved = ledger.reserved
-        node.save()
-    return IngestResult(ACCEPTED, node.name)
+    if changed_claims:
+        Claim.objects.bulk_update(changed_claims, ["missing_devices"])
+    _store_findings(all_findings)
+    Node.objects.bulk_update([node for node, _ in fresh], _NODE_FIELDS)
+    return results
 
 
 _REASON_MAX = 1000
 
 
-def _show_rejection(name: str, reason: str, now) -> None:
+def _show_rejections(rejections: list[tuple[str, str]], now) -> None:
     """A known node whose snapshot was rejected fails with the reason on its page,
     instead of silently going offline; its next good snapshot replaces the finding."""
+    reasons = dict(rejections)
     with transaction.atomic():
-        node = Node.objects.select_for_update().filter(name=name).first()
-        if node is None:
+        nodes = list(Node.objects.select_for_update().filter(name__in=sorted(reasons)).order_by("name"))
+        if not nodes:
             return  # an unknown name is no node's business
-        Finding.objects.update_or_create(
-            node=node,
-            code="rejected-snapshot",
-            defaults={
-                "position": 0,
-                "name": "Rejected snapshot",
-                "status": gpu.Status.FAIL,
-                "message": f"The site rejected this node's snapshot at {now:%Y-%m-%d %H:%M:%S} UTC: {reason}",
-                "fix": "Upgrade the agent to the site's version; if it is current, report the reason as a bug.",
-            },
+        Finding.objects.bulk_create(
+            [
+                Finding(
+                    node=node,
+                    code="rejected-snapshot",
+                    position=0,
+                    name="Rejected snapshot",
+                    status=gpu.Status.FAIL,
+                    message=f"The site rejected this node's snapshot at {now:%Y-%m-%d %H:%M:%S} UTC: {reasons[node.name]}",
+                    fix="Upgrade the agent to the site's version; if it is current, report the reason as a bug.",
+                )
+                for node in nodes
+            ],
+            update_conflicts=True,
+            unique_fields=["node", "code"],
+            update_fields=["position", "name", "status", "message", "fix"],
         )
-        node.health = gpu.Status.FAIL
-        node.problem = f"Rejected snapshot: {reason}"[:300]
-        node.save(update_fields=["health", "problem"])
+        for node in nodes:
+            node.health = gpu.Status.FAIL
+            node.problem = f"Rejected snapshot: {reasons[node.name]}"[:300]
+        Node.objects.bulk_update(nodes, ["health", "problem"])
 
 
-def _locked_node(name: str, now) -> Node:
-    # Insert-if-missing then lock: two first snapshots of one node cannot both create it.
-    Node.objects.bulk_create([Node(name=name, first_seen=now, last_seen=now)], ignore_conflicts=True)
-    return Node.objects.select_for_update().get(name=name)
+def _locked_nodes(names: list[str], now) -> dict[str, Node]:
+    # Insert-if-missing then lock, in name order so two batches cannot deadlock:
+    # two first snapshots of one node cannot both create it.
+    Node.objects.bulk_create([Node(name=name, first_seen=now, last_seen=now) for name in names], ignore_conflicts=True)
+    return {node.name: node for node in Node.objects.select_for_update().filter(name__in=names).order_by("name")}
 
 
-def _store_devices(node: Node, snapshot: Snapshot, now) -> list[Device]:
-    seen = [Device.from_reported(node, d.model_dump(), now) for d in snapshot.devices]
-    # A GPU missing from this snapshot keeps its row, marked vanished.
-    node.devices.filter(vanished_at__isnull=True).exclude(uuid__in=[d.uuid for d in seen]).update(vanished_at=now)
-    if not seen:
-        return []
-    Device.objects.bulk_create(
-        seen,
-        update_conflicts=True,
-        unique_fields=["node", "uuid"],
-        update_fields=list(Device.UPDATED_ON_INGEST),
-    )
-    DeviceSample.objects.bulk_create(
-        DeviceSample(
-            device_id=d.pk,
-            collected_at=snapshot.collected_at,
-            vram_used_mib=d.vram_used_mib,
-            utilization_percent=d.utilization_percent,
-            temperature_c=d.temperature_c,
-            power_draw_w=d.power_draw_w,
+def _store_devices(fresh: list[tuple[Node, Snapshot]], now) -> dict[int, list[Device]]:
+    seen = {node.pk: [Device.from_reported(node, d.model_dump(), now) for d in s.devices] for node, s in fresh}
+    rows = [device for devices in seen.values() for device in devices]
+    if rows:
+        Device.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["node", "uuid"],
+            update_fields=list(Device.UPDATED_ON_INGEST),
         )
-        for d in seen
-    )
+    # A GPU missing from its snapshot keeps its row, marked vanished: every reported
+    # one was just stamped last_seen=now, so the others of these nodes are the missing.
+    Device.objects.filter(node__in=list(seen), vanished_at__isnull=True).exclude(last_seen=now).update(vanished_at=now)
+    collected_at = {node.pk: s.collected_at for node, s in fresh}
+    if rows:
+        DeviceSample.objects.bulk_create(
+            DeviceSample(
+                device_id=d.pk,
+                collected_at=collected_at[d.node_id],
+                vram_used_mib=d.vram_used_mib,
+                utilization_percent=d.utilization_percent,
+                temperature_c=d.temperature_c,
+                power_draw_w=d.power_draw_w,
+            )
+            for d in rows
+        )
     return seen
+
+
+def _lost_devices(nodes: list[Node]) -> dict[int, list[Device]]:
+    lost: dict[int, list[Device]] = {node.pk: [] for node in nodes}
+    for device in Device.objects.filter(node__in=nodes, vanished_at__isnull=False).order_by("node_id", "index"):
+        lost[device.node_id].append(device)
+    return lost
+
+
+def _claims(nodes: list[Node]) -> dict[int, list[Claim]]:
+    claims: dict[int, list[Claim]] = {node.pk: [] for node in nodes}
+    for claim in Claim.objects.filter(node__in=nodes).order_by("created_at", "pk"):
+        claims[claim.node_id].append(claim)
+    return claims
 
 
 def _central_findings(
     node: Node, snapshot: Snapshot, devices: list[Device], lost: list[Device], ledger: gpu.Ledger
 ) -> list[gpu.Finding]:
     """The agent's findings as the centre keeps them: acknowledged Xids cleared, and
-    what only the centre knows added: lost GPUs and overlapping claims."""
+    what only the centre knows added: lost GPUs, overlapping claims, and claims
+    against the work found on the GPUs."""
     reported = [gpu.Finding(f.code, f.name, f.status, f.message, f.fix) for f in snapshot.findings]
     findings = apply_acknowledgements(node, reported, devices)
     central = [_lost_capacity_finding(lost), _overlap_finding(ledger)]
-    return findings + [f for f in central if f is not None]
+    return findings + [f for f in central if f is not None] + gpu.claim_use_findings(ledger)
 
 
 def _problem(findings: list[gpu.Finding]) -> str:
@@ -165,11 +277,12 @@ def _overlap_finding(ledger: gpu.Ledger) -> gpu.Finding | None:
     )
 
 
-def _store_findings(node: Node, findings: list[gpu.Finding]) -> None:
-    node.findings.all().delete()
+def _store_findings(findings: list[tuple[Node, list[gpu.Finding]]]) -> None:
+    Finding.objects.filter(node__in=[node for node, _ in findings]).delete()
     Finding.objects.bulk_create(
         Finding(node=node, position=i, code=f.code, name=f.name, status=f.status, message=f.message, fix=f.fix)
-        for i, f in enumerate(findings)
+        for node, each in findings
+        for i, f in enumerate(each)
     )
 
 
@@ -191,9 +304,9 @@ def _lost_capacity_finding(lost: list[Device]) -> gpu.Finding | None:
     )
 
 
-def _flag_claims(node: Node, devices: list[Device]) -> gpu.Ledger:
-    """Mark claims that name devices the node no longer has; return the node's ledger."""
-    claims = list(node.claims.order_by("created_at", "pk"))
+def _flag_claims(node: Node, devices: list[Device], claims: list[Claim]) -> tuple[gpu.Ledger, list[Claim]]:
+    """The node's ledger, and its claims that now name devices the node no longer has
+    (their missing_devices set, for the caller to save)."""
     ledger = node.ledger(devices=devices, claims=claims)
     changed = []
     for claim in claims:
@@ -201,9 +314,15 @@ def _flag_claims(node: Node, devices: list[Device]) -> gpu.Ledger:
         if missing != claim.missing_devices:
             claim.missing_devices = missing
             changed.append(claim)
-    if changed:
-        Claim.objects.bulk_update(changed, ["missing_devices"])
-    return ledger
+    return ledger, changed
+
+
+# The node columns each accepted snapshot rewrites.
+_NODE_FIELDS = [
+    "last_seen", "collected_at", "offline", "present", "driver_version", "runtime_installed", "toolkit_version",
+    "attach", "cdi_spec_files", "cdi_devices", "fixes_allowed", "gpu_count", "vram_total_mib", "vram_used_mib",
+    "utilization_mean", "health", "problem", "gpu_models", "gpus_lost", "gpus_reserved",
+]
 
 
 def _update_node(node: Node, snapshot: Snapshot, devices: list[Device], now) -> None:

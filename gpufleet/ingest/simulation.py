@@ -104,6 +104,9 @@ class SimulatedHost:
     def containers(self) -> list:
         return []
 
+    def inspect(self, container_ids) -> dict:
+        return {}
+
     def _smi_rows(self) -> str:
         rng = random.Random(self.node.seed + self.tick)
         model = self.node.model

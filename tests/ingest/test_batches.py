@@ -1,0 +1,133 @@
+"""Batched ingest: many snapshots in one transaction, each with the guarantees it has alone."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import OperationalError, connection
+from django.test.utils import CaptureQueriesContext
+
+from gpufleet.claims.models import Claim
+from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
+from gpufleet.ingest import services, tasks
+from gpufleet.ingest.services import ACCEPTED, REJECTED, STALE, ingest_snapshot, ingest_snapshots
+from gpufleet.jobs.models import Job, JobKind, JobStatus
+from tests.factories import later, snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_stores_a_mixed_batch_each_snapshot_on_its_own_merits():
+    known = snapshot("known", gpus=2)
+    assert ingest_snapshot(known).outcome == ACCEPTED
+    older = snapshot("twice", gpus=2, used_mib=100)
+    newer = snapshot("twice", gpus=2, used_mib=5000, at=later(older))
+    bad = snapshot("known", gpus=2, at=later(known))
+    bad["devices"][0]["vram_used_mib"] = -1
+    stale = snapshot("known", gpus=2, at=later(known, -60))
+    good = snapshot("fresh", gpus=8)
+
+    results = ingest_snapshots([newer, bad, good, older, stale])
+
+    assert [r.outcome for r in results] == [ACCEPTED, REJECTED, ACCEPTED, STALE, STALE]
+    assert "vram_used_mib" in results[1].reason
+    assert results[3].reason == "a newer snapshot of this node came in the same batch"
+    assert results[4].reason == "not newer than the stored snapshot"
+    assert Node.objects.get(name="twice").vram_used_mib == 2 * 5000
+    assert Node.objects.get(name="fresh").gpu_count == 8
+    assert DeviceSample.objects.filter(device__node__name="twice").count() == 2  # the older one wrote nothing
+    # The known node's bad snapshot fails it with the reason, as it would alone.
+    known_node = Node.objects.get(name="known")
+    assert known_node.health == "fail" and known_node.findings.filter(code="rejected-snapshot").exists()
+
+
+def test_a_good_snapshot_after_a_bad_one_of_the_same_node_wins():
+    first = snapshot("n", gpus=1)
+    ingest_snapshot(first)
+    bad = snapshot("n", gpus=1, at=later(first))
+    bad["extra"] = 1
+    results = ingest_snapshots([bad, snapshot("n", gpus=1, at=later(first, 60))])
+    assert [r.outcome for r in results] == [REJECTED, ACCEPTED]
+    assert not Finding.objects.filter(node__name="n", code="rejected-snapshot").exists()
+
+
+def test_a_snapshot_the_database_refuses_is_rejected_alone(monkeypatch):
+    """A value that passes validation but breaks a database constraint (here a GPU
+    without an index, NOT NULL): the batch falls back to one transaction per
+    snapshot, so the others are stored whole and the refused one writes nothing."""
+    from_reported = Device.from_reported.__func__
+
+    def refusing(cls, node, reported, now):
+        device = from_reported(cls, node, reported, now)
+        if node.name == "refused":
+            device.index = None
+        return device
+
+    monkeypatch.setattr(Device, "from_reported", classmethod(refusing))
+    results = ingest_snapshots([snapshot("ok-1", gpus=2), snapshot("refused", gpus=2), snapshot("ok-2", gpus=2)])
+
+    assert [r.outcome for r in results] == [ACCEPTED, REJECTED, ACCEPTED]
+    assert results[1].reason.startswith("the database refused it:")
+    assert Device.objects.filter(node__name__in=["ok-1", "ok-2"]).count() == 4
+    assert not Device.objects.filter(node__name="refused").exists()
+    assert not Node.objects.filter(name="refused").exists()  # its transaction made the node and was undone
+
+
+def _statements(batch: list[dict]) -> int:
+    with CaptureQueriesContext(connection) as ctx:
+        assert {r.outcome for r in ingest_snapshots(batch)} == {ACCEPTED}
+    return len([q for q in ctx.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))])
+
+
+@pytest.mark.parametrize("gpus", [1, 8])
+@pytest.mark.parametrize("size", [1, 5])
+def test_statements_per_batch_do_not_grow_with_batch_size_or_gpu_count(size, gpus):
+    names = [f"n{i}" for i in range(size)]
+    firsts = [snapshot(name, gpus=gpus) for name in names]
+    ingest_snapshots(firsts)
+    for node in Node.objects.all():
+        Claim.objects.create(node=node, name="job", count=1)
+    assert _statements([snapshot(s["node"], gpus=gpus, at=later(s)) for s in firsts]) == 10
+    assert Device.objects.count() == size * gpus
+
+
+def test_the_ingest_task_finishes_the_job_its_snapshot_answers(admin_user):
+    node = Node.objects.create(name="n")
+    job = Job.objects.create(node=node, kind=JobKind.DIAGNOSE, requested_by=admin_user)
+    bad = snapshot("m", gpus=1)
+    bad["extra"] = 1
+    assert tasks.ingest.run(snapshot("n", gpus=1), job.pk) == ACCEPTED
+    assert tasks.ingest.run(bad) == REJECTED
+    job.refresh_from_db()
+    assert job.status == JobStatus.DONE
+
+
+def test_it_retries_while_the_database_is_unreachable(monkeypatch):
+    calls = []
+
+    def flaky(snapshots):
+        calls.append(len(snapshots))
+        if len(calls) < 3:
+            raise OperationalError("server closed the connection unexpectedly")
+        return real(snapshots)
+
+    real = services.ingest_snapshots
+    monkeypatch.setattr(tasks, "ingest_snapshots", flaky)
+    slept, closed = [], []
+    monkeypatch.setattr(tasks.time, "sleep", slept.append)
+    # The broken connection is dropped before each new try (here not for real: the
+    # test's own database connection must stay open).
+    monkeypatch.setattr(tasks, "close_old_connections", lambda: closed.append(True))
+    results = tasks.store_with_retries([snapshot("n", gpus=1)], delays=(1, 2, 4))
+    assert calls == [1, 1, 1] and slept == [1, 2] and len(closed) == 2
+    assert results[0].outcome == ACCEPTED and Node.objects.filter(name="n").exists()
+
+
+def test_it_raises_when_the_database_stays_unreachable(monkeypatch):
+    def down(snapshots):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(tasks, "ingest_snapshots", down)
+    monkeypatch.setattr(tasks.time, "sleep", lambda s: None)
+    monkeypatch.setattr(tasks, "close_old_connections", lambda: None)
+    with pytest.raises(OperationalError):
+        tasks.store_with_retries([snapshot("n", gpus=1)], delays=(1,))
