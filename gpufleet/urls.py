@@ -4,11 +4,14 @@ from django.contrib.auth.decorators import login_not_required
 from django.http import HttpResponse
 from django.urls import include, path
 
+from gpufleet.api.metrics import metrics_view
+
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("healthz", login_not_required(lambda request: HttpResponse("ok", content_type="text/plain")), name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
     path("api/", include("gpufleet.api.urls")),
     path("tokens/", include("gpufleet.api.token_urls")),
     path("claims/", include("gpufleet.claims.urls")),
