@@ -18,6 +18,14 @@ ACTION_CHOICES = [
     ("xid.acknowledge", "Xid errors acknowledged"),
     ("token.create", "API token created"),
     ("token.revoke", "API token revoked"),
+    # The admin site's user and group changes, and login lockouts (gpufleet.audit.receivers).
+    ("user.create", "User added"),
+    ("user.update", "User changed"),
+    ("user.delete", "User deleted"),
+    ("group.create", "Group added"),
+    ("group.update", "Group changed"),
+    ("group.delete", "Group deleted"),
+    ("login.lockout", "Login locked out"),
 ]
 
 

@@ -25,6 +25,13 @@ def can(user, action: str) -> bool:
     return bool(user and user.is_authenticated and user.is_active and user.has_perm(_PERMISSION[action]))
 
 
+def can_open_admin(user) -> bool:
+    """Django's admin site: staff, as in Django, and the admin role (through its user
+    management permission, so no extra query), which manages users there within the
+    roles (gpufleet/core/admin.py) and reads the rest."""
+    return bool(user and user.is_authenticated and user.is_active and (user.is_staff or can(user, MANAGE_USERS)))
+
+
 def requires(action: str):
     """View decorator: 403 unless the user may `action` (login is enforced by middleware)."""
 
@@ -41,6 +48,7 @@ def requires(action: str):
 
 
 def access_context(request) -> dict:
-    """Context processor: `access.edit_claims` etc. for hiding controls in templates."""
+    """Context processor: `access.edit_claims` etc. (and `access.open_admin`) for hiding
+    controls in templates."""
     user = getattr(request, "user", None)
-    return {"access": {action: can(user, action) for action in _PERMISSION}}
+    return {"access": {action: can(user, action) for action in _PERMISSION} | {"open_admin": can_open_admin(user)}}

@@ -30,6 +30,7 @@ REQUIRED = {
     "jobs:status": (VIEW, "get"),
     "audit:log": (VIEW, "get"),
     "claims:list": (VIEW, "get"),
+    "claims:find": (VIEW, "get"),
     "claims:panel": (VIEW, "get"),
     "claims:add": (EDIT_CLAIMS, "get"),
     "claims:validate_new": (EDIT_CLAIMS, "post"),
@@ -46,6 +47,9 @@ REQUIRED = {
     "api:api-root": (VIEW, "get"),
     "api:openapi-json": (VIEW, "get"),
     "api:docs": (VIEW, "get"),
+    "api:placement": (VIEW, "get"),
+    # A scraper's page: a token or an allowed address, or a session that may view.
+    "metrics": (VIEW, "get"),
     "tokens:list": (VIEW, "get"),
     "tokens:revoke": (VIEW, "post"),
 }
@@ -123,7 +127,7 @@ def _client(django_user_model, role: str | None) -> Client:
 def test_anonymous_requests_never_get_through(client, objects, name):
     action, method = REQUIRED[name]
     response = getattr(client, method)(_url(name, objects))
-    if name.startswith("api:"):
+    if name.startswith("api:") or name == "metrics":
         assert response.status_code == 401
     else:
         assert response.status_code == 302 and response["Location"].startswith(reverse("login"))

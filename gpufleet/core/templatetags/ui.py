@@ -34,14 +34,17 @@ def gib(mib) -> str:
 
 def _bar(percent: float | None, text: str, label: str, muted: bool, levels: bool = True) -> str:
     """A bar with its value as text. With `levels`, a fuller bar turns amber then red
-    (VRAM running out); utilization has no such levels: busy GPUs are the point."""
+    (VRAM running out); utilization has no such levels: busy GPUs are the point.
+    The fill is an SVG rect sized by its width attribute, never a style attribute,
+    which the Content-Security-Policy forbids."""
     width = 0.0 if percent is None else max(0.0, min(100.0, percent))
     level = "neutral"
     if levels and percent is not None:
         level = "high" if percent >= 90 else "mid" if percent >= 70 else "low"
     return format_html(
         '<span class="bar{}" role="img" aria-label="{}: {}">'
-        '<span class="bar-track"><span class="bar-fill bar-{}" style="width: {}%"></span></span>'
+        '<span class="bar-track"><svg class="bar-fill bar-{}" viewBox="0 0 100 1" preserveAspectRatio="none" '
+        'aria-hidden="true" focusable="false"><rect width="{}" height="1"/></svg></span>'
         '<span class="bar-text">{}</span></span>',
         " bar-muted" if muted else "",
         label,

@@ -1,0 +1,96 @@
+"""The web's defences: a Content-Security-Policy without inline code, login throttling
+that locks out and says so (audited), the admin role kept below superuser in the admin
+site, styled error pages, and production refusing unsafe settings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.test import Client
+
+from gpufleet.audit.models import AuditEntry
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.django_db
+
+
+def test_every_page_has_a_policy_without_inline_code(viewer_client, alpha):
+    policy = viewer_client.get("/")["Content-Security-Policy"]
+    assert "script-src 'self'" in policy and "style-src 'self'" in policy
+    assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+
+
+def test_no_template_carries_inline_styles_or_event_handlers():
+    import re
+
+    offending = []
+    for path in (ROOT / "templates").rglob("*.html"):
+        text = path.read_text()
+        if re.search(r"\sstyle=|\son(?:click|load|submit|change|input|error|focus|blur|key\w+|mouse\w+)=|hx-on", text):
+            offending.append(path.name)
+    assert offending == []
+
+
+def test_wrong_passwords_lock_the_user_out_with_a_message_and_an_audit_row(viewer, settings):
+    client = Client()
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+        response = client.post("/accounts/login/", {"username": "vera", "password": "wrong"})
+        assert response.status_code == 200 and "didn" in response.content.decode()
+    # The last wrong one allowed locks the pair (this user name from this address).
+    assert client.post("/accounts/login/", {"username": "vera", "password": "wrong"}).status_code == 429
+    # Locked: even the right password is refused now, and the page says why.
+    response = client.post("/accounts/login/", {"username": "vera", "password": "pw-vera"})
+    assert response.status_code == 429
+    assert "Too many failed logins" in response.content.decode()
+    assert not client.get("/").wsgi_request.user.is_authenticated
+    assert AuditEntry.objects.filter(action="login.lockout", target="vera").exists()
+
+
+def test_the_admin_role_cannot_make_itself_superuser(admin_role_client, admin_user):
+    page = admin_role_client.get(f"/admin/auth/user/{admin_user.pk}/change/")
+    assert page.status_code == 200
+    form = {"username": admin_user.username, "is_active": "on", "is_superuser": "on", "is_staff": "on",
+            "groups": [Group.objects.get(name="admin").pk], "last_login_0": "", "last_login_1": "",
+            "date_joined_0": "2026-12-03", "date_joined_1": "12:00:00"}
+    admin_role_client.post(f"/admin/auth/user/{admin_user.pk}/change/", form)
+    admin_user.refresh_from_db()
+    assert not admin_user.is_superuser and not admin_user.is_staff
+    # A superuser is out of its reach altogether.
+    root = User.objects.create_superuser("root", password="x")
+    assert admin_role_client.get(f"/admin/auth/user/{root.pk}/change/").status_code in (302, 404)
+
+
+def test_missing_pages_get_the_styled_404(viewer_client):
+    response = viewer_client.get("/nodes/no-such-node/")
+    assert response.status_code == 404 and "Not found" in response.content.decode()
+
+
+def test_the_500_page_renders_without_a_request():
+    from django.template.loader import render_to_string
+
+    assert "Server error" in render_to_string("500.html")
+
+
+def _settings_in_production(**env) -> subprocess.CompletedProcess:
+    # The browser tests set DJANGO_ALLOW_ASYNC_UNSAFE in this process: a deployment must not.
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SECRET_KEY", "DEBUG", "DJANGO_ALLOW_ASYNC"))}
+    base.update(DJANGO_SETTINGS_MODULE="gpufleet.settings", GPUFLEET_PRODUCTION="true", **env)
+    return subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+                          cwd=ROOT, env=base, capture_output=True, text=True, timeout=120)
+
+
+def test_production_refuses_a_missing_secret_key():
+    done = _settings_in_production()
+    assert done.returncode != 0 and "SECRET_KEY must be set in production" in done.stderr
+
+
+def test_check_deploy_is_clean_in_production_settings(tmp_path):
+    done = _settings_in_production(SECRET_KEY="x" * 60 + "Y7#kq", ALLOWED_HOSTS="gpufleet.example.com",
+                                   GPUFLEET_DATA_DIR=str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "System check identified no issues" in done.stdout
