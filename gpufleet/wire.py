@@ -128,6 +128,7 @@ class DeviceIn(BaseModel):
     mig_devices: Annotated[list[MigDeviceIn], Field(max_length=64)] = []
     xid_errors: Annotated[list[XidCountIn], Field(max_length=64)] = []
     processes: Annotated[list[ProcessIn], Field(max_length=64)] = []
+    attached_idle: Annotated[list[ContainerIn], Field(max_length=64)] = []
 
 
 class FindingIn(BaseModel):
@@ -262,6 +263,7 @@ def fit_snapshot(data: dict) -> dict:
         device["mig_devices"] = clip_list("mig_devices", device.get("mig_devices", []), 64, "MIG slices")
         device["xid_errors"] = clip_list("xid_errors", device.get("xid_errors", []), 64, "Xid codes")
         device["processes"] = clip_list("processes", device.get("processes", []), 64, "processes")
+        device["attached_idle"] = clip_list("attached_idle", device.get("attached_idle", []), 64, "idle containers")
         for process in device["processes"]:
             process["name"] = _text(process["name"], LINE_MAX, one_line=True)
     findings = clip_list("findings", data["findings"], FINDINGS_MAX - 1, "findings")

@@ -211,12 +211,14 @@ class Device:
     xid_errors: tuple[XidCount, ...] = ()
     # The compute processes on it, each with its container (gpu.processes.GpuProcess).
     processes: tuple[GpuProcess, ...] = ()
+    # Containers that asked for this GPU and run no process on it yet ("attached, idle").
+    attached_idle: tuple[Container, ...] = ()
 
     def to_dict(self) -> dict:
         data = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("mig_devices", "xid_errors", "processes"):
+            if f.name in ("mig_devices", "xid_errors", "processes", "attached_idle"):
                 value = [item.to_dict() for item in value]
             elif isinstance(value, tuple):
                 value = list(value)
@@ -231,6 +233,7 @@ class Device:
         values["mig_devices"] = tuple(MigDevice(**m) for m in data.get("mig_devices") or ())
         values["xid_errors"] = tuple(XidCount(**x) for x in data.get("xid_errors") or ())
         values["processes"] = tuple(_process_from_dict(values["uuid"], p) for p in data.get("processes") or ())
+        values["attached_idle"] = tuple(Container(**c) for c in data.get("attached_idle") or ())
         if values.get("throttle_reasons") is not None:
             values["throttle_reasons"] = tuple(values["throttle_reasons"])
         return cls(**values)

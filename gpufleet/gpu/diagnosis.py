@@ -15,6 +15,7 @@ from gpufleet.gpu import processes
 from gpufleet.gpu import xid as xids
 from gpufleet.gpu.devices import INSTALL_COMMAND, Device, Info, SmiQuery, command_failure, detect
 from gpufleet.gpu.host import COMMAND_TIMEOUT_S, DockerFacts, Runner
+from gpufleet.gpu.ledger import Ledger
 
 
 class Status(StrEnum):
@@ -208,11 +209,16 @@ def diagnose_host(
     else:
         log = xids.read_kernel_log(runner, now)
         per_gpu, unmatched = xids.count_xids(log.events, info.devices, now, xid_window_hours)
-        on_gpu = _processes(runner, docker, proc_root)
+        on_gpu, attached = _processes(runner, docker, proc_root, info)
         info = replace(
             info,
             devices=tuple(
-                replace(d, xid_errors=per_gpu.get(d.index, ()), processes=tuple(on_gpu.get(d.uuid, ())))
+                replace(
+                    d,
+                    xid_errors=per_gpu.get(d.index, ()),
+                    processes=tuple(on_gpu.get(d.uuid, ())),
+                    attached_idle=tuple(attached.get(d.uuid, ())),
+                )
                 for d in info.devices
             ),
         )
@@ -239,16 +245,26 @@ def diagnose_host(
     )
 
 
-def _processes(runner: Runner, docker: DockerFacts, proc_root: str) -> dict:
-    """Compute processes per GPU UUID, with their containers; none when nvidia-smi
-    cannot list them (the GPUs themselves were already found)."""
+def _processes(runner: Runner, docker: DockerFacts, proc_root: str, info: Info) -> tuple[dict, dict]:
+    """Compute processes per GPU UUID, with their containers, and the containers
+    attached to a GPU with no process on it yet; none when nvidia-smi cannot list
+    processes (the GPUs themselves were already found)."""
     result = runner.run(list(processes.COMPUTE_APPS_ARGV), timeout=COMMAND_TIMEOUT_S)
     if not result.ok:
-        return {}
-    found = processes.parse_compute_apps(result.stdout)
-    if not found:
-        return {}
-    return processes.attribute(found, processes.containers_from_payload(docker.containers()), proc_root)
+        return {}, {}
+    containers = processes.containers_from_payload(docker.containers())
+    busy = processes.attribute(processes.parse_compute_apps(result.stdout), containers, proc_root)
+    candidates = processes.idle_candidates(containers, busy)
+    if not candidates:
+        return busy, {}
+    ledger = Ledger(info, ())  # the ledger's rule for what a device id names
+
+    def resolve(device_id: str) -> str | None:
+        device = ledger.resolve(device_id)
+        return device.uuid if device else None
+
+    inspected = docker.inspect(candidates)
+    return busy, processes.attached_idle(containers, inspected, resolve, [d.uuid for d in info.devices])
 
 
 def _warn_level(percent: float) -> float:

@@ -61,6 +61,11 @@ class DockerFacts(Protocol):
         cannot be asked (info() already says why)."""
         ...
 
+    def inspect(self, container_ids: Sequence[str]) -> dict[str, object]:
+        """`GET /containers/<id>/json` for each ID, by ID; one that cannot be asked
+        (gone meanwhile, Docker unreachable) is left out."""
+        ...
+
 
 # --- Real implementations -----------------------------------------------------------------
 
@@ -322,6 +327,27 @@ class EngineDocker:
             if client is not None:
                 with contextlib.suppress(Exception):
                     client.close()
+
+    def inspect(self, container_ids: Sequence[str]) -> dict[str, object]:
+        import docker
+        import docker.errors
+
+        found: dict[str, object] = {}
+        client = None
+        try:
+            client = docker.DockerClient(base_url=self.url, timeout=self.timeout)
+            for cid in container_ids:
+                with contextlib.suppress(docker.errors.NotFound):  # gone meanwhile
+                    found[cid] = client.api.inspect_container(cid)
+        except Exception:
+            # Unreachable or too slow (info() says so): stop asking, so a hung Docker
+            # costs one timeout per collection, not one per container.
+            return found
+        finally:
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.close()
+        return found
 
 
 DEFAULT_CDI_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpufleet.gpu.devices import Device, Info
-from gpufleet.gpu.processes import GpuProcess
+from gpufleet.gpu.processes import Container
 
 
 @dataclass(frozen=True)
@@ -215,32 +215,30 @@ class Ledger:
         return found
 
     def unclaimed_use(self) -> list[Device]:
-        """GPUs with processes on them that the claims do not account for: the busy
+        """GPUs with processes or attached containers that the claims do not account for: the busy
         GPUs no claim pins or takes whole, when there are more of them than the
         counted claims cover (a count holds no particular GPU, so it covers any)."""
-        busy = [d for d in self.info.devices if d.processes and self.holder_of(d.index) is None]
+        busy = [d for d in self.info.devices if (d.processes or d.attached_idle) and self.holder_of(d.index) is None]
         counted = sum(c.count for c in self.claims if not c.device_ids and c.count > 0)
         return busy if len(busy) > counted else []
 
-    def misplaced(self) -> list[tuple[Device, GpuProcess, str]]:
-        """Processes whose container names its claim (label gpufleet.claim) but runs
-        on a GPU that claim does not hold, with why: no such claim on this node, the
-        claim pins other GPUs, or another claim holds this one."""
+    def misplaced(self) -> list[tuple[Device, Container, str]]:
+        """Containers on a GPU (running a process there, or attached idle) whose
+        label gpufleet.claim names a claim that does not hold that GPU, with why: no
+        such claim on this node, the claim pins other GPUs, or another claim holds it."""
         by_name = {c.name.lower(): c for c in self.claims}
         found = []
         for device in self.info.devices:
-            for process in device.processes:
-                label = process.container.claim if process.container else None
-                if not label:
-                    continue
-                claim = by_name.get(label.lower())
+            on_it = [p.container for p in device.processes if p.container is not None] + list(device.attached_idle)
+            for container in dict.fromkeys(c for c in on_it if c.claim):
+                claim = by_name.get(container.claim.lower())
                 holder = self.holder_of(device.index)
                 if claim is None:
-                    found.append((device, process, f"no claim named {label!r} on this node"))
+                    found.append((device, container, f"no claim named {container.claim!r} on this node"))
                 elif claim.device_ids and device.index not in self._pinned(claim):
-                    found.append((device, process, f"claim {claim.name!r} holds other GPUs"))
+                    found.append((device, container, f"claim {claim.name!r} holds other GPUs"))
                 elif not claim.all and holder is not None and holder != claim.name:
-                    found.append((device, process, f"GPU {device.index} is held by {holder!r}"))
+                    found.append((device, container, f"GPU {device.index} is held by {holder!r}"))
         return found
 
     def _pinned(self, claim: Claim) -> set[int]:

@@ -80,6 +80,55 @@ def containers_from_payload(payload: object) -> dict[str, Container]:
     return found
 
 
+# Containers the agent inspects per collection for GPUs they asked for (the list
+# call does not say); the rest wait for the next collection.
+MAX_INSPECTED = 32
+ALL_GPUS = "all"
+
+
+def requested_gpus(inspected: object) -> tuple[str, ...]:
+    """The GPUs a container asked for, from `GET /containers/<id>/json`: `("all",)`,
+    or device ids as Docker passes them (indexes, UUIDs, MIG UUIDs); () for none.
+    It asks through HostConfig.DeviceRequests (`--gpus`, or CDI names such as
+    `nvidia.com/gpu=0` with `--device`) or the NVIDIA_VISIBLE_DEVICES variable."""
+    if not isinstance(inspected, dict):
+        return ()
+    host = inspected.get("HostConfig") if isinstance(inspected.get("HostConfig"), dict) else {}
+    wanted: list[str] = []
+    for request in host.get("DeviceRequests") or ():
+        if not isinstance(request, dict):
+            continue
+        ids = [str(i) for i in request.get("DeviceIDs") or () if isinstance(i, (str, int))]
+        if request.get("Driver") == "cdi":
+            wanted += [i.split("=", 1)[1] for i in ids if i.startswith("nvidia.com/gpu=")]
+        elif request.get("Driver") == "nvidia" or _asks_for_gpu(request.get("Capabilities")):
+            count = request.get("Count")
+            if ids:
+                wanted += ids
+            elif count == -1:
+                wanted.append(ALL_GPUS)
+            elif isinstance(count, int) and count > 0:
+                wanted += [str(i) for i in range(count)]  # `--gpus 2` gets the first two
+    config = inspected.get("Config") if isinstance(inspected.get("Config"), dict) else {}
+    for variable in config.get("Env") or ():
+        if isinstance(variable, str) and variable.startswith("NVIDIA_VISIBLE_DEVICES="):
+            value = variable.split("=", 1)[1].strip()
+            if value not in ("", "none", "void"):
+                wanted += [v.strip() for v in value.split(",") if v.strip()]
+    return (ALL_GPUS,) if ALL_GPUS in wanted else tuple(dict.fromkeys(wanted))
+
+
+def _asks_for_gpu(capabilities: object) -> bool:
+    return isinstance(capabilities, list) and any(isinstance(c, list) and "gpu" in c for c in capabilities)
+
+
+def idle_candidates(containers: Mapping[str, Container], busy: Mapping[str, list[GpuProcess]]) -> list[str]:
+    """IDs of the running containers with no process on any GPU: the ones worth
+    asking whether they hold GPUs anyway. At most MAX_INSPECTED."""
+    with_work = {p.container.id for found in busy.values() for p in found if p.container is not None}
+    return [cid for cid in containers if cid not in with_work][:MAX_INSPECTED]
+
+
 def _one_line(value: object) -> str | None:
     """A label value as the snapshot may carry it: one line, clipped; None when
     missing or blank."""
@@ -113,6 +162,29 @@ def container_id_of(cgroup_text: str) -> str | None:
         if match := _CONTAINER_IN_CGROUP.search(path):
             return match.group(1)
     return None
+
+
+def attached_idle(
+    containers: Mapping[str, Container],
+    inspected: Mapping[str, object],
+    resolve: Callable[[str], str | None],
+    gpu_uuids: list[str],
+) -> dict[str, list[Container]]:
+    """The containers that asked for GPUs and run nothing on them yet ("attached,
+    idle"), per GPU UUID. `inspected` maps container IDs to their inspect answers;
+    `resolve` turns a device id into a GPU UUID (None for one the host lacks)."""
+    per_gpu: dict[str, list[Container]] = {}
+    for cid, answer in inspected.items():
+        container = containers.get(cid)
+        wanted = requested_gpus(answer)
+        if container is None or not wanted:
+            continue
+        uuids = gpu_uuids if wanted == (ALL_GPUS,) else [u for u in map(resolve, wanted) if u is not None]
+        for uuid in dict.fromkeys(uuids):
+            found = per_gpu.setdefault(uuid, [])
+            if len(found) < MAX_PROCESSES_PER_GPU:
+                found.append(container)
+    return per_gpu
 
 
 def _read(path: Path) -> str | None:

@@ -34,9 +34,9 @@ def claim_use_findings(ledger: Ledger) -> list[Finding]:
                 "use-misplaced",
                 "Running outside its claim",
                 Status.WARN,
-                f"{_count(len(misplaced), 'process', 'processes')} labelled {CLAIM_LABEL} on GPUs their claim"
+                f"{_count(len(misplaced), 'container')} labelled {CLAIM_LABEL} on GPUs their claim"
                 " does not hold: "
-                + _listed([f"{_process(p)} on GPU {d.index}: {why}" for d, p, why in misplaced]),
+                + _listed([f"container {c.name} on GPU {d.index}: {why}" for d, c, why in misplaced]),
                 "Start the container on its claim's GPUs (docker run --gpus '\"device=<ids>\"'), or edit the claim.",
             )
         )
@@ -44,7 +44,9 @@ def claim_use_findings(ledger: Ledger) -> list[Finding]:
 
 
 def _who(device: Device) -> str:
-    names = dict.fromkeys(_process(p) for p in device.processes)
+    names = dict.fromkeys(
+        [_process(p) for p in device.processes] + [f"container {c.name}, idle" for c in device.attached_idle]
+    )
     return ", ".join(list(names)[:3]) + (" …" if len(names) > 3 else "")
 
 

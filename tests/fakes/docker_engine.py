@@ -81,6 +81,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self._json(engine.status, engine.info)
         elif endpoint == "/containers/json":
             self._json(200, engine.containers)
+        elif endpoint.startswith("/containers/") and endpoint.endswith("/json"):
+            found = engine.inspected.get(endpoint.split("/")[2])
+            if found is None:
+                self._json(404, {"message": "No such container"})
+            else:
+                self._json(200, found)
         else:
             self._json(404, {"message": "page not found"})
 
@@ -107,8 +113,10 @@ class FakeDockerEngine:
         min_api_version: str = "1.24",
     ):
         self.info: dict[str, Any] = info if info is not None else {}
-        # What GET /containers/json answers: the running containers.
+        # What GET /containers/json answers: the running containers; and what
+        # GET /containers/<id>/json answers, by ID (404 for the others).
         self.containers: list[dict[str, Any]] = []
+        self.inspected: dict[str, dict[str, Any]] = {}
         self.delay = delay
         self.status = status
         self.body = body

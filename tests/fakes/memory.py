@@ -53,10 +53,13 @@ class FakeRunner:
 class FakeDocker:
     """DockerFacts that returns one DockerInfo and counts how often it was asked."""
 
-    def __init__(self, info: DockerInfo | None = None, containers: list | None = None) -> None:
+    def __init__(self, info: DockerInfo | None = None, containers: list | None = None,
+                 inspected: dict | None = None) -> None:
         self._info = info or DockerInfo()
         self._containers = containers or []
+        self._inspected = inspected or {}
         self.calls = 0
+        self.inspected: list[str] = []
 
     def info(self) -> DockerInfo:
         self.calls += 1
@@ -64,6 +67,10 @@ class FakeDocker:
 
     def containers(self) -> list:
         return self._containers
+
+    def inspect(self, container_ids) -> dict:
+        self.inspected += container_ids
+        return {cid: self._inspected[cid] for cid in container_ids if cid in self._inspected}
 
 
 SMI = tuple(SMI_QUERY_ARGV)

@@ -22,14 +22,14 @@ DOCTOR_KEYS = [
     "node", "present", "driver_version", "devices", "runtime_installed", "toolkit_version",
     "cdi_spec_files", "cdi_devices", "attach", "findings",
 ]
-# The reference package's six device keys, then the health keys, in this order.
+# The reference package's six device keys, then the health keys, then who is on the GPU, in this order.
 DEVICE_KEYS = [
     "index", "uuid", "name", "vram_total_mib", "vram_used_mib", "utilization_percent",
     "pci_bus_id", "temperature_c", "memory_temperature_c", "power_draw_w", "power_limit_w", "fan_percent",
     "pstate", "sm_clock_mhz", "sm_clock_max_mhz", "persistence_mode", "ecc_mode", "ecc_corrected_volatile",
     "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "retired_pages_pending",
     "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure",
-    "throttle_reasons", "mig_mode", "mig_devices", "xid_errors", "processes",
+    "throttle_reasons", "mig_mode", "mig_devices", "xid_errors", "processes", "attached_idle",
 ]
 
 
@@ -241,16 +241,34 @@ def test_doctor_json_attributes_each_process_to_its_gpu_and_container(fake_host,
     (proc / "6001").mkdir()
     (proc / "6001" / "cgroup").write_text("0::/user.slice/user-1000.slice/session-2.scope\n")
     monkeypatch.setenv("GPUFLEET_PROC_ROOT", str(proc))
+    idle, plain = "a" * 64, "b" * 64
     fake_host.engine.containers = [
-        {"Id": CONTAINER_ID, "Names": ["/trainer"], "Image": "pytorch/pytorch:2.5.1-cuda12.4", "Labels": {}}
+        {"Id": CONTAINER_ID, "Names": ["/trainer"], "Image": "pytorch/pytorch:2.5.1-cuda12.4",
+         "Labels": {"gpufleet.claim": "train-llm"}},
+        {"Id": idle, "Names": ["/notebook"], "Image": "jupyter/base", "Labels": {}},
+        {"Id": plain, "Names": ["/nginx"], "Image": "nginx", "Labels": {}},
     ]
+    # `docker run --gpus '"device=3"'` that has not started CUDA yet; nginx asked for no GPU.
+    fake_host.engine.inspected = {
+        idle: {"HostConfig": {"DeviceRequests": [{"Driver": "", "Count": 0, "DeviceIDs": ["3"],
+                                                   "Capabilities": [["gpu"]]}]}, "Config": {"Env": []}},
+        plain: {"HostConfig": {"DeviceRequests": None}, "Config": {"Env": ["PATH=/usr/bin"]}},
+    }
     report, _ = _doctor_json(capsys)
     assert report["devices"][0]["processes"] == [
         {"pid": 4412, "name": "python3", "used_mib": 30211,
-         "container": {"id": CONTAINER_ID, "name": "trainer", "image": "pytorch/pytorch:2.5.1-cuda12.4"}}
+         "container": {"id": CONTAINER_ID, "name": "trainer", "image": "pytorch/pytorch:2.5.1-cuda12.4",
+                       "claim": "train-llm"}}
     ]
     assert report["devices"][1]["processes"] == [
         {"pid": 6001, "name": "/usr/bin/python3", "used_mib": None, "container": None}
     ]
     assert report["devices"][2]["processes"] == []
+    assert report["devices"][3]["attached_idle"] == [{"id": idle, "name": "notebook", "image": "jupyter/base",
+                                                     "claim": None}]
+    assert [d["attached_idle"] for i, d in enumerate(report["devices"]) if i != 3] == [[]] * 7
     assert fake_host.engine.count("/containers/json") == 1
+    # Only the containers with no GPU process are inspected, once each.
+    assert fake_host.engine.count(f"/containers/{idle}/json") == 1
+    assert fake_host.engine.count(f"/containers/{plain}/json") == 1
+    assert fake_host.engine.count(f"/containers/{CONTAINER_ID}/json") == 0

@@ -87,3 +87,14 @@ def test_it_lists_the_containers_and_processes_on_each_gpu(viewer_client):
     assert "trainer" in row and "pytorch/pytorch:2.5.1" in row and "pid 4412" in row and "30.0 GiB" in row
     assert "&lt;script&gt;" in row and "<script>alert" not in row
     assert "host" in row
+
+
+def test_it_lists_a_container_attached_to_a_gpu_with_no_process_as_idle(viewer_client):
+    snap = snapshot("alpha", 2)
+    snap["devices"][1]["attached_idle"] = [{"id": "a" * 64, "name": "notebook<b>", "image": "jupyter/base",
+                                            "claim": None}]
+    ingest_snapshot(snap)
+    page = viewer_client.get(reverse("fleet:node_detail", args=["alpha"])).content.decode()
+    row = _row(page, 1)
+    assert "notebook&lt;b&gt;" in row and "jupyter/base" in row and "attached, idle" in row
+    assert "attached, idle" not in _row(page, 0)

@@ -276,7 +276,7 @@ def test_it_writes_exactly_the_doctor_json_keys():
         "utilization_percent": None,
     }
     # A driver that knows only the reference fields: every health key is there, unknown.
-    lists = {"mig_devices": [], "xid_errors": [], "processes": []}
+    lists = {"mig_devices": [], "xid_errors": [], "processes": [], "attached_idle": []}
     health = {k: None for k in report["devices"][0] if k not in reference and k not in lists}
     assert report["devices"][0] == {**reference, **health, **lists}
     assert len(health) == 21

@@ -56,7 +56,7 @@ def test_it_reads_every_health_field_of_a_datacenter_gpu():
         "ecc_corrected_volatile": 0, "ecc_uncorrected_volatile": 0, "ecc_uncorrected_aggregate": 0,
         "retired_pages_pending": False, "remapped_rows_correctable": 0, "remapped_rows_uncorrectable": 0,
         "remapped_rows_pending": False, "remapped_rows_failure": False, "throttle_reasons": [],
-        "mig_mode": False, "mig_devices": [], "xid_errors": [], "processes": [],
+        "mig_mode": False, "mig_devices": [], "xid_errors": [], "processes": [], "attached_idle": [],
     }
     assert second.throttle_reasons == ("sw_power_cap",)
     assert len(smi_query_calls(runner)) == 1

@@ -15,9 +15,12 @@ def container(name: str, claim: str | None = None) -> Container:
     return Container(f"{abs(hash(name)):064x}"[:64], name, "pytorch/pytorch:2.5.1", claim)
 
 
-def node(busy: dict[int, list[GpuProcess]]) -> Info:
+def node(busy: dict[int, list[GpuProcess]], idle: dict[int, list[Container]] | None = None) -> Info:
+    idle = idle or {}
     devices = tuple(
-        Device(i, UUIDS[i], "NVIDIA H100", 81559, 0, 0, processes=tuple(busy.get(i, ()))) for i in range(4)
+        Device(i, UUIDS[i], "NVIDIA H100", 81559, 0, 0, processes=tuple(busy.get(i, ())),
+               attached_idle=tuple(idle.get(i, ())))
+        for i in range(4)
     )
     return Info(present=True, driver_version="570.133.20", devices=devices, runtime_installed=True)
 
@@ -79,3 +82,11 @@ def test_the_claim_label_is_read_from_the_engine_list_one_line_and_clipped():
     assert found["a" * 64].claim == "train"
     assert found["b" * 64].claim == "x" * 200
     assert found["c" * 64].claim is None
+
+
+def test_a_container_attached_idle_is_use_too():
+    info = node({}, idle={1: [container("notebook", "nightly")]})
+    found = findings(info)
+    assert "GPU 1 (container notebook, idle)" in found["use-unclaimed"].message
+    assert "container notebook on GPU 1: no claim named 'nightly' on this node" in found["use-misplaced"].message
+    assert findings(info, Claim("nightly", device_ids=("1",))) == {}
