@@ -4,13 +4,16 @@ in production (no default SECRET_KEY unless DEBUG)."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 
-from gpufleet.env import env_bool, env_float, env_int, env_list
+from gpufleet.env import SettingError, env_bool, env_float, env_int, env_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -19,10 +22,20 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("GPUFLEET_DATA_DIR", BASE_DIR / "var")).resolve()
 
 DEBUG = env_bool("DEBUG", False)
+# Production is said, never guessed: the central site's environment file sets
+# GPUFLEET_PRODUCTION=true. Everything else (tests, `up`, `doctor` on a host, a demo)
+# runs with the single-machine defaults below. Production refuses DEBUG and a missing
+# or placeholder SECRET_KEY, and turns the HTTPS settings on by default.
+PRODUCTION = env_bool("GPUFLEET_PRODUCTION", False)
+if PRODUCTION and DEBUG:
+    raise SettingError("DEBUG must be off in production (GPUFLEET_PRODUCTION=true)")
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if SECRET_KEY.startswith("CHANGE-ME") and PRODUCTION:
+    raise SettingError("SECRET_KEY is still the example's placeholder: set a long random one")
 if not SECRET_KEY:
-    if not DEBUG and env_bool("GPUFLEET_REQUIRE_SECRET_KEY", False):
-        raise RuntimeError("SECRET_KEY must be set in production")
+    # GPUFLEET_REQUIRE_SECRET_KEY is the older switch, still honoured.
+    if PRODUCTION or (not DEBUG and env_bool("GPUFLEET_REQUIRE_SECRET_KEY", False)):
+        raise SettingError("SECRET_KEY must be set in production")
     # Single-machine default: a key generated once and kept beside the database,
     # so sessions survive restarts without anyone shipping a known key.
     from gpufleet.env import local_secret_key
@@ -35,7 +48,8 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 CSRF_FAILURE_VIEW = "gpufleet.api.views.csrf_failure"
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin with our site: the admin role may enter (gpufleet/core/admin_site.py).
+    "gpufleet.core.admin_config.FleetAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -47,6 +61,8 @@ INSTALLED_APPS = [
     # Serves the OpenAPI docs page's Swagger UI from our own static files.
     "ninja",
     "template_partials",
+    "axes",
+    "csp",
     "gpufleet.core",
     "gpufleet.agent",
     "gpufleet.fleet",
@@ -68,6 +84,9 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "gpufleet.core.middleware.LoginRequiredHtmxMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes asks: it turns a lockout raised during login into its response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "gpufleet.urls"
@@ -115,6 +134,23 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 
+# Login throttling (django-axes): after GPUFLEET_LOGIN_FAILURE_LIMIT wrong passwords for
+# one username from one address, that pair is locked out for GPUFLEET_LOGIN_LOCKOUT_MINUTES
+# (the pair, so nobody can lock a colleague out from elsewhere); the login page says so
+# (registration/locked_out.html) and the lockout is audited (gpufleet/audit/receivers.py).
+# Axes' backend comes first and needs the request, which Django's login view passes.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("GPUFLEET_LOGIN_FAILURE_LIMIT", 5)
+if AXES_FAILURE_LIMIT < 1:
+    raise SettingError(f"GPUFLEET_LOGIN_FAILURE_LIMIT={AXES_FAILURE_LIMIT} must be at least 1")
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("GPUFLEET_LOGIN_LOCKOUT_MINUTES", 15.0, minimum=1.0))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# Behind the local TLS proxy every request comes from 127.0.0.1: the client is the
+# address that proxy appended to X-Forwarded-For.
+AXES_CLIENT_IP_CALLABLE = "gpufleet.core.security.client_ip"
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "fleet:overview"
 LOGOUT_REDIRECT_URL = "login"
@@ -138,8 +174,42 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
-SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+# HTTPS: on by default in production, which sits behind a TLS proxy; each can be set alone.
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", PRODUCTION)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", PRODUCTION)
+# A load balancer's health probe may speak plain HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if PRODUCTION else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", PRODUCTION)
+# The directive alone submits nothing: the preload list takes only the domain owner's request.
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", PRODUCTION)
+# "HTTP_X_FORWARDED_PROTO,https": the header by which the TLS proxy says the request came
+# over HTTPS. Set it only when that proxy overwrites the header (nginx: proxy_set_header).
+_PROXY_SSL_HEADER = env_list("SECURE_PROXY_SSL_HEADER", [])
+if _PROXY_SSL_HEADER and len(_PROXY_SSL_HEADER) != 2:
+    raise SettingError(
+        f"SECURE_PROXY_SSL_HEADER={os.environ['SECURE_PROXY_SSL_HEADER']!r} must be a header and "
+        "its value, e.g. HTTP_X_FORWARDED_PROTO,https"
+    )
+SECURE_PROXY_SSL_HEADER = tuple(_PROXY_SSL_HEADER) or None
+# Content-Security-Policy (django-csp): our own scripts and styles only, none inline, so
+# injected markup cannot run. Templates carry no style= or on…= attributes (a test checks);
+# htmx's indicator style lives in app.css (base.html turns off htmx's injected one).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "font-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
 
 LOGGING = {
     "version": 1,
@@ -148,6 +218,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         "gpufleet": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+        # Django's warnings and errors: a 500 from django.request comes with its traceback
+        # (the formatter appends it). Django's default sends them nowhere unless DEBUG.
+        "django": {"handlers": ["console"], "level": "WARNING"},
     },
 }
 
@@ -166,11 +239,38 @@ GPUFLEET_XID_WINDOW_HOURS = env_float("GPUFLEET_XID_WINDOW_HOURS", 24.0, minimum
 GPUFLEET_DOCKER_TIMEOUT = env_float("GPUFLEET_DOCKER_TIMEOUT", 5.0, minimum=0.1)
 # A node counts as offline after this many collect intervals without a snapshot.
 GPUFLEET_OFFLINE_AFTER_INTERVALS = 3
-GPUFLEET_HISTORY_RETENTION_HOURS = env_float("GPUFLEET_HISTORY_RETENTION_HOURS", 48.0, minimum=1.0)
+# Whether the central beat deletes claims past their expiry time (audited, by "system");
+# off, expired claims are only flagged.
+GPUFLEET_RELEASE_EXPIRED = env_bool("GPUFLEET_RELEASE_EXPIRED", False)
+# Per-GPU history: raw samples for hours, five-minute rollups for days, hourly ones
+# for months (gpufleet/fleet/history.py). GPUFLEET_HISTORY_RETENTION_HOURS is the
+# raw series' older name, still honoured.
+GPUFLEET_HISTORY_RAW_HOURS = env_float(
+    "GPUFLEET_HISTORY_RAW_HOURS", env_float("GPUFLEET_HISTORY_RETENTION_HOURS", 6.0, minimum=1.0), minimum=1.0
+)
+GPUFLEET_HISTORY_5M_DAYS = env_float("GPUFLEET_HISTORY_5M_DAYS", 7.0, minimum=1.0)
+GPUFLEET_HISTORY_HOURLY_DAYS = env_float("GPUFLEET_HISTORY_HOURLY_DAYS", 90.0, minimum=1.0)
 # Finding codes this host's agent may fix when asked (comma-separated); none by default.
 GPUFLEET_AGENT_FIXES = env_list("GPUFLEET_AGENT_FIXES", [])
 # How long "diagnose now" waits for the node before saying it did not answer.
 GPUFLEET_JOB_TIMEOUT = env_float("GPUFLEET_JOB_TIMEOUT", 60.0, minimum=1.0)
+
+# --- /metrics ------------------------------------------------------------------
+
+# Addresses (IPs or CIDRs, comma-separated) that may scrape /metrics without a token;
+# none by default: a scraper then needs an API token.
+GPUFLEET_METRICS_ALLOWED_ADDRESSES = env_list("GPUFLEET_METRICS_ALLOWED_ADDRESSES", [])
+for _address in GPUFLEET_METRICS_ALLOWED_ADDRESSES:
+    try:
+        ipaddress.ip_network(_address, strict=False)
+    except ValueError:
+        raise SettingError(f"GPUFLEET_METRICS_ALLOWED_ADDRESSES: {_address!r} is not an IP address or CIDR") from None
+# The ingest counters are counted in the worker and read by the web's scrape: both meet
+# in prometheus-client's multiprocess files here (gpufleet/ingest/metrics.py says why).
+# Set before anything imports prometheus-client, which reads it once on import.
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(DATA_DIR / "metrics"))
+GPUFLEET_METRICS_DIR = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+GPUFLEET_METRICS_DIR.mkdir(parents=True, exist_ok=True)
 
 # --- Celery ------------------------------------------------------------------
 
@@ -196,10 +296,17 @@ CELERY_TASK_TIME_LIMIT = 120
 CELERY_TASK_SOFT_TIME_LIMIT = 100
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup closes the database connection after every task unless told
+# to reuse it: at 1 connection per snapshot that cost ingest 4/5 of its speed.
+CELERY_DB_REUSE_MAX = 1000
 CELERY_TASK_DEFAULT_QUEUE = "ingest"
 CELERY_TASK_ROUTES = {
+    "gpufleet.fleet.tasks.ingest": {"queue": "ingest"},  # wire.INGEST_TASK, the agents' name
+    # Jobs' tasks stay on ingest: job_progress is an agent's message that a user
+    # watches; expire_jobs is one cheap UPDATE.
     "gpufleet.fleet.tasks.*": {"queue": "ingest"},
     "gpufleet.jobs.tasks.*": {"queue": "ingest"},
+    "gpufleet.claims.tasks.*": {"queue": "ingest"},
     # Agent tasks are always sent with an explicit queue="node.<name>".
 }
 # The file broker has no fanout worth paying for: no remote control, no events.
@@ -227,6 +334,12 @@ else:
             "schedule": GPUFLEET_COLLECT_INTERVAL,
             "options": {"expires": GPUFLEET_COLLECT_INTERVAL},
         },
+        # Every five minutes: the finished five-minute buckets (gpufleet/fleet/history.py).
+        "roll-history": {
+            "task": "gpufleet.fleet.tasks.roll_history",
+            "schedule": 300.0,
+            "options": {"expires": 300.0},
+        },
         "prune-history": {
             "task": "gpufleet.fleet.tasks.prune_history",
             "schedule": 3600.0,
@@ -235,5 +348,11 @@ else:
             "task": "gpufleet.jobs.tasks.expire_jobs",
             "schedule": 10.0,
             "options": {"expires": 10.0},
+        },
+        # Does nothing unless GPUFLEET_RELEASE_EXPIRED is true.
+        "release-expired-claims": {
+            "task": "gpufleet.claims.tasks.release_expired",
+            "schedule": 60.0,
+            "options": {"expires": 60.0},
         },
     }
