@@ -40,3 +40,13 @@ def test_it_shortens_versions():
     assert toolkit_short("NVIDIA Container Toolkit CLI version 1.18.2") == "1.18.2"
     assert toolkit_short("custom build") == "custom build"
     assert gib(143771) == "140.4" and gib(None) == "?"
+
+
+def test_it_says_durations_in_words():
+    from datetime import timedelta
+
+    from gpufleet.core.templatetags.ui import duration
+
+    assert duration(timedelta(minutes=15)) == "15 minutes"
+    assert duration(timedelta(hours=2, minutes=1)) == "2 hours 1 minute"
+    assert duration(timedelta(seconds=5)) == "1 minute"

@@ -1,5 +1,5 @@
 """Template helpers every page uses: `{% status_badge %}`, `|gib`, `{% vram_bar %}`,
-`{% pct_bar %}`, `|json_compact`. Ages use Django's `|naturaltime`.
+`{% pct_bar %}`, `|json_compact`, `|duration`. Ages use Django's `|naturaltime`.
 
 Everything here builds HTML with format_html, so stored text is always escaped."""
 
@@ -75,3 +75,14 @@ def pct_bar(percent, label: str = "Utilization", muted: bool = False) -> str:
 def json_compact(value) -> str:
     """A JSON value on one line, keys sorted (for the audit log's before → after)."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+@register.filter
+def duration(value) -> str:
+    """A timedelta in words, to the minute: "15 minutes", "2 hours 5 minutes"."""
+    minutes = max(1, round(value.total_seconds() / 60))
+    hours, minutes = divmod(minutes, 60)
+    parts = [f"{hours} hour{'s' if hours != 1 else ''}"] if hours else []
+    if minutes:
+        parts.append(f"{minutes} minute{'s' if minutes != 1 else ''}")
+    return " ".join(parts)
