@@ -136,9 +136,12 @@ def fleet(transactional_db):
     return nodes
 
 
-def add_history(node, hours: int = 24, every_minutes: int = 10) -> int:
-    """24 h of samples for the node's GPUs, as if it had reported every 10 minutes
-    (samples only, written directly: the charts' lines need no gap over 15 min)."""
+def add_history(node, hours: int = 24, every_minutes: int = 5) -> int:
+    """24 h of samples for the node's GPUs, as if it had reported every 5 minutes
+    (samples only, written directly). Every five-minute bucket must hold one: the
+    24 h chart draws a rollup at its bucket's start, and at 10 minutes a sample
+    drawn 5 minutes early beside the raw tail could leave a 24-minute hole, which
+    the line shows as a gap (over 15 min) on some seconds of the clock."""
     import math
     from datetime import timedelta
 
