@@ -242,6 +242,10 @@ GPUFLEET_OFFLINE_AFTER_INTERVALS = 3
 # Whether the central beat deletes claims past their expiry time (audited, by "system");
 # off, expired claims are only flagged.
 GPUFLEET_RELEASE_EXPIRED = env_bool("GPUFLEET_RELEASE_EXPIRED", False)
+# A claimed GPU is "claimed but idle" once it has had no process and stayed under this
+# utilization in every snapshot for this many hours.
+GPUFLEET_IDLE_UTIL_PERCENT = env_float("GPUFLEET_IDLE_UTIL_PERCENT", 5.0, minimum=0.0)
+GPUFLEET_IDLE_HOURS = env_float("GPUFLEET_IDLE_HOURS", 24.0, minimum=0.0001)
 # Per-GPU history: raw samples for hours, five-minute rollups for days, hourly ones
 # for months (gpufleet/fleet/history.py). GPUFLEET_HISTORY_RETENTION_HOURS is the
 # raw series' older name, still honoured.

@@ -21,6 +21,9 @@ class Claim(models.Model):
     device_ids = models.JSONField(default=list, blank=True)
     # Device ids of this claim that the node no longer reports; set at ingest.
     missing_devices = models.JSONField(default=list, blank=True)
+    # Set at ingest while none of the claim's GPUs has done any work for
+    # GPUFLEET_IDLE_HOURS (gpu.Ledger.idle_claims): since when they have been idle.
+    idle_since = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     created_by = models.ForeignKey(

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from gpufleet.claims import views
 
@@ -7,6 +7,8 @@ app_name = "claims"
 urlpatterns = [
     path("", views.claim_list, name="list"),
     path("find/", views.find, name="find"),
+    path("use/", views.claims_vs_use, name="use"),
+    re_path(r"^use\.(?P<fmt>csv|json)$", views.claims_vs_use_export, name="use_export"),
     path("nodes/<str:name>/panel/", views.panel, name="panel"),
     path("nodes/<str:name>/new/", views.add, name="add"),
     path("nodes/<str:name>/validate/", views.validate_new, name="validate_new"),

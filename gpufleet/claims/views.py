@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
@@ -22,7 +23,7 @@ from django_htmx.http import trigger_client_event
 
 from gpufleet import gpu
 from gpufleet.audit.models import AuditEntry
-from gpufleet.claims import services
+from gpufleet.claims import services, use
 from gpufleet.claims.filters import ClaimFilter
 from gpufleet.claims.forms import ALL, DEVICES, ClaimForm, PlacementForm
 from gpufleet.claims.models import Claim
@@ -30,6 +31,7 @@ from gpufleet.claims.placement import RULED_OUT_SHOWN, fleet_placement
 from gpufleet.core.access import EDIT_CLAIMS, VIEW, can, requires
 from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.core.querystring import clean_query
+from gpufleet.fleet import reports
 from gpufleet.fleet.models import Device, Node
 
 AUDIT_ROWS = 10
@@ -347,3 +349,41 @@ def _describe(snapshot: dict | None) -> str:
         name=snapshot.get("name", ""), count=snapshot.get("count", 0), device_ids=snapshot.get("device_ids", [])
     )
     return f"{claim.name}: {claim.describe()}"
+
+
+# --- claims against use ------------------------------------------------------
+
+
+@require_GET
+@requires(VIEW)
+def claims_vs_use(request: HttpRequest) -> HttpResponse:
+    """Where the claims and the work on the GPUs disagree, fleet-wide: used but
+    unclaimed, running outside its claim, claimed but idle (found at ingest)."""
+    use_filter = use.UseFilter(request.GET, queryset=use.findings())
+    page = Paginator(use_filter.qs, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    query = clean_query(request.GET)
+    query.pop("page", None)
+    context = {
+        "filter": use_filter,
+        "fragment": wants_fragment(request),
+        "page": page,
+        "rows": list(zip(page.object_list, use.rows(page.object_list), strict=True)),
+        "idle_hours": settings.GPUFLEET_IDLE_HOURS,
+        "query": query,
+        "query_string": query.urlencode(),
+    }
+    return render_page(request, "claims/use.html", context, partial="use-table")
+
+
+@require_GET
+@requires(VIEW)
+def claims_vs_use_export(request: HttpRequest, fmt: str) -> HttpResponse:
+    """The same rows as the page (its filters and sort), all of them, streamed. An
+    invalid filter is a 400: a download holding more than was asked would mislead."""
+    use_filter = use.UseFilter(request.GET, queryset=use.findings())
+    if not use_filter.is_valid():
+        lines = ["No export: these filter values are not valid.", *use_filter.error_messages()]
+        return HttpResponseBadRequest("\n".join(lines) + "\n", content_type="text/plain; charset=utf-8")
+    found = use_filter.qs.iterator(chunk_size=2000)
+    body = use.as_json(found) if fmt == "json" else reports.csv_stream(use.COLUMNS, use.as_csv_rows(found))
+    return reports.download(body, fmt, "gpufleet-claims-vs-use")

@@ -199,12 +199,19 @@ class Device(models.Model):
     health = models.JSONField(default=dict, blank=True)
     last_seen = models.DateTimeField(default=timezone.now)
     vanished_at = models.DateTimeField(null=True, blank=True)
+    # Since when the centre has heard of this GPU, and when a snapshot last showed
+    # it at work (a process, or utilization at GPUFLEET_IDLE_UTIL_PERCENT or more):
+    # the history's answer to "idle for how long", kept at ingest, because the
+    # samples keep no processes. Null busy_at: no work seen since first_seen.
+    first_seen = models.DateTimeField(default=timezone.now)
+    busy_at = models.DateTimeField(null=True, blank=True)
 
     # What a snapshot's device carries, column by column; the rest goes in `health`.
     COLUMNS = ("index", "uuid", "name", "vram_total_mib", "vram_used_mib", "utilization_percent",
                "temperature_c", "power_draw_w", "power_limit_w")
     # A GPU is its UUID: everything else about it is rewritten by each snapshot.
-    UPDATED_ON_INGEST = (*(c for c in COLUMNS if c != "uuid"), "pci_bus_id", "health", "last_seen", "vanished_at")
+    UPDATED_ON_INGEST = (*(c for c in COLUMNS if c != "uuid"), "pci_bus_id", "health", "last_seen", "vanished_at",
+                         "busy_at")
 
     class Meta:
         ordering = ["node", "index"]
@@ -216,6 +223,11 @@ class Device(models.Model):
     @property
     def vanished(self) -> bool:
         return self.vanished_at is not None
+
+    @property
+    def idle_since(self):
+        """Since when no snapshot has shown this GPU at work."""
+        return self.busy_at or self.first_seen
 
     @property
     def vram_percent(self) -> float | None:

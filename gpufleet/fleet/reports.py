@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 
 from django.db.models import Prefetch, QuerySet
+from django.http import Http404, StreamingHttpResponse
 from django.utils import timezone
 
 from gpufleet import gpu
@@ -113,17 +114,27 @@ class _Echo:
         return value
 
 
+def csv_stream(columns: Iterable[str], rows: Iterable[Iterable]) -> Iterator[str]:
+    """A CSV download line by line (constant memory): the header, then each row,
+    every cell made safe for spreadsheets."""
+    writer = csv.writer(_Echo())
+    yield writer.writerow(columns)
+    for row in rows:
+        yield writer.writerow([safe_cell(cell) for cell in row])
+
+
 def csv_rows(reports: Iterable[dict], with_devices: bool = True) -> Iterator[str]:
     """One row per finding (node, code, name, status, message, fix), then, with
     `with_devices`, one per GPU with its health figures."""
-    writer = csv.writer(_Echo())
-    yield writer.writerow(CSV_COLUMNS)
+    return csv_stream(CSV_COLUMNS, _report_rows(reports, with_devices))
+
+
+def _report_rows(reports: Iterable[dict], with_devices: bool) -> Iterator[list]:
     for report in reports:
         for f in report["findings"]:
-            row = (report["node"], f["code"], f["name"], f["status"], f["message"], f.get("fix", ""), "finding")
-            yield writer.writerow([safe_cell(cell) for cell in row])
+            yield [report["node"], f["code"], f["name"], f["status"], f["message"], f.get("fix", ""), "finding"]
         for d in report["devices"] if with_devices else ():
-            yield writer.writerow([safe_cell(cell) for cell in _device_row(report["node"], d)])
+            yield _device_row(report["node"], d)
 
 
 def _device_row(node: str, d: dict) -> list:
@@ -192,3 +203,14 @@ def node_markdown_doc(report: dict, only_problems: bool = False) -> Iterator[str
     scope = " (warnings and failures only)" if only_problems else ""
     yield f"# gpufleet doctor report{scope}\n\n"
     yield node_markdown(report)
+
+
+def download(body: Iterable[str], fmt: str, stem: str) -> StreamingHttpResponse:
+    """`body` streamed as an attachment named after `stem` and the time, never cached."""
+    if fmt not in FORMATS:
+        raise Http404("unknown report format")
+    response = StreamingHttpResponse(body, content_type=FORMATS[fmt])
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    response["Content-Disposition"] = f'attachment; filename="{stem}-{stamp}.{fmt}"'
+    response["Cache-Control"] = "no-store"
+    return response

@@ -7,7 +7,7 @@ drawn by the claims and jobs apps' template tags."""
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import Http404, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django.utils import timezone
@@ -107,7 +107,7 @@ def node_report(request, name: str, fmt: str):
         body = reports.csv_rows([report], with_devices=not only_problems)
     else:
         body = reports.node_markdown_doc(report, only_problems)
-    return _download(body, fmt, f"gpufleet-{node.name}-doctor")
+    return reports.download(body, fmt, f"gpufleet-{node.name}-doctor")
 
 
 @require_GET
@@ -127,7 +127,7 @@ def fleet_report(request, fmt: str):
         body = reports.csv_rows(found, with_devices=not only_problems)
     else:
         body = reports.fleet_markdown(found, only_problems=only_problems)
-    return _download(body, fmt, "gpufleet-fleet-doctor")
+    return reports.download(body, fmt, "gpufleet-fleet-doctor")
 
 
 def _bad_filter(node_filter: NodeFilter) -> HttpResponse:
@@ -135,13 +135,5 @@ def _bad_filter(node_filter: NodeFilter) -> HttpResponse:
     return HttpResponseBadRequest("\n".join(lines) + "\n", content_type="text/plain; charset=utf-8")
 
 
-def _download(body, fmt: str, stem: str) -> StreamingHttpResponse:
-    if fmt not in reports.FORMATS:
-        raise Http404("unknown report format")
-    response = StreamingHttpResponse(body, content_type=reports.FORMATS[fmt])
-    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
-    response["Content-Disposition"] = f'attachment; filename="{stem}-{stamp}.{fmt}"'
-    response["Cache-Control"] = "no-store"
-    return response
 
 

@@ -65,7 +65,7 @@ from gpufleet.gpu.ledger import (
     UnknownDevice,
 )
 from gpufleet.gpu.placement import PLACEMENT_REASONS, Candidate, Fit, Placement, PlacementRequest, RuledOut, place
-from gpufleet.gpu.usage import claim_use_findings
+from gpufleet.gpu.usage import IdleRule, claim_use_findings
 from gpufleet.gpu.xid import (
     DEFAULT_XID_WINDOW_HOURS,
     KERNEL_LOG_ARGV,
@@ -122,6 +122,7 @@ __all__ = [
     "MigDevice",
     "NoGPU",
     "Runner",
+    "IdleRule",
     "RuledOut",
     "RuntimeMissing",
     "SmiParseError",

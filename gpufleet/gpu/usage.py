@@ -4,6 +4,9 @@ where it has both the snapshot and the node's claims."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 from gpufleet.gpu.devices import Device
 from gpufleet.gpu.diagnosis import Finding, Status
 from gpufleet.gpu.ledger import Ledger
@@ -13,8 +16,26 @@ from gpufleet.gpu.processes import CLAIM_LABEL, GpuProcess
 _LISTED = 8
 
 
-def claim_use_findings(ledger: Ledger) -> list[Finding]:
-    """"Used but unclaimed" and "in the wrong place" for one node; none when the
+@dataclass(frozen=True)
+class IdleRule:
+    """When a GPU counts as idle: no process on it and utilization under
+    `util_percent`, snapshot after snapshot for `hours`. One quiet sample says
+    nothing; the centre keeps, per GPU, when it last did work (see `busy`)."""
+
+    util_percent: float = 5.0
+    hours: float = 24.0
+
+    def busy(self, device) -> bool:
+        """Whether this one reading of the GPU (anything with `processes` and
+        `utilization_percent`, as a Device has) shows work. A container attached to
+        it without a process is not work: that is what an idle claim looks like."""
+        utilization = device.utilization_percent
+        return bool(device.processes) or (utilization is not None and utilization >= self.util_percent)
+
+
+def claim_use_findings(ledger: Ledger, idle: Iterable[int] = (), rule: IdleRule = IdleRule()) -> list[Finding]:
+    """"Used but unclaimed", "in the wrong place" and "claimed but idle" for one
+    node (`idle`: the indexes of the GPUs idle for the rule's hours); none when the
     claims and the work on the GPUs agree."""
     found = []
     if unclaimed := ledger.unclaimed_use():
@@ -40,7 +61,23 @@ def claim_use_findings(ledger: Ledger) -> list[Finding]:
                 "Start the container on its claim's GPUs (docker run --gpus '\"device=<ids>\"'), or edit the claim.",
             )
         )
+    if idle_claims := ledger.idle_claims(idle):
+        found.append(
+            Finding(
+                "claim-idle",
+                "Claimed but idle",
+                Status.WARN,
+                f"{_count(len(idle_claims), 'claim')} with no process and under {rule.util_percent:g}% utilization"
+                f" on any of its GPUs for {rule.hours:g} h: "
+                + _listed([f"{claim.name!r} ({_gpus(indexes)})" for claim, indexes in idle_claims]),
+                "Release the claim if its work is done (or shrink it), or find out why its workload is not running.",
+            )
+        )
     return found
+
+
+def _gpus(indexes: tuple[int, ...]) -> str:
+    return ("GPU " if len(indexes) == 1 else "GPUs ") + ", ".join(str(i) for i in indexes)
 
 
 def _who(device: Device) -> str:

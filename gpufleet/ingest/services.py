@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
@@ -137,10 +138,12 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
     lost = _lost_devices([node for node, _ in fresh])
     claims = _claims([node for node, _ in fresh])
     all_findings, changed_claims = [], []
+    rule = idle_rule()
     for node, snapshot in fresh:
-        ledger, changed = _flag_claims(node, devices[node.pk], claims[node.pk])
+        idle = _idle_gpus(devices[node.pk], snapshot.collected_at, rule)
+        ledger, changed = _flag_claims(node, devices[node.pk], claims[node.pk], idle)
         changed_claims += changed
-        findings = _central_findings(node, snapshot, devices[node.pk], lost[node.pk], ledger)
+        findings = _central_findings(node, snapshot, devices[node.pk], lost[node.pk], ledger, idle, rule)
         all_findings.append((node, findings))
         _update_node(node, snapshot, devices[node.pk], now)
         node.health = gpu.Status.worst(f.status for f in findings)
@@ -149,7 +152,7 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
         node.gpus_lost = len(lost[node.pk])
         node.gpus_reserved = ledger.reserved
     if changed_claims:
-        Claim.objects.bulk_update(changed_claims, ["missing_devices"])
+        Claim.objects.bulk_update(changed_claims, ["missing_devices", "idle_since"])
     _store_findings(all_findings)
     Node.objects.bulk_update([node for node, _ in fresh], _NODE_FIELDS)
     return results
@@ -199,6 +202,7 @@ def _locked_nodes(names: list[str], now) -> dict[str, Node]:
 def _store_devices(fresh: list[tuple[Node, Snapshot]], now) -> dict[int, list[Device]]:
     seen = {node.pk: [Device.from_reported(node, d.model_dump(), now) for d in s.devices] for node, s in fresh}
     rows = [device for devices in seen.values() for device in devices]
+    _carry_busy(fresh, seen)
     if rows:
         Device.objects.bulk_create(
             rows,
@@ -225,6 +229,34 @@ def _store_devices(fresh: list[tuple[Node, Snapshot]], now) -> dict[int, list[De
     return seen
 
 
+def _carry_busy(fresh: list[tuple[Node, Snapshot]], seen: dict[int, list[Device]]) -> None:
+    """Give each reported GPU its stored first_seen, and its busy_at moved to this
+    snapshot when the snapshot shows it at work (one query for the batch)."""
+    stored = {
+        (node_id, uuid): (first_seen, busy_at)
+        for node_id, uuid, first_seen, busy_at in Device.objects.filter(node__in=list(seen)).values_list(
+            "node_id", "uuid", "first_seen", "busy_at"
+        )
+    }
+    rule = idle_rule()
+    for node, snapshot in fresh:
+        for device in seen[node.pk]:
+            device.first_seen, device.busy_at = stored.get((node.pk, device.uuid), (snapshot.collected_at, None))
+            if rule.busy(device):
+                device.busy_at = snapshot.collected_at
+
+
+def idle_rule() -> gpu.IdleRule:
+    return gpu.IdleRule(util_percent=settings.GPUFLEET_IDLE_UTIL_PERCENT, hours=settings.GPUFLEET_IDLE_HOURS)
+
+
+def _idle_gpus(devices: list[Device], at, rule: gpu.IdleRule) -> dict[int, datetime]:
+    """The node's GPUs that did no work for the rule's hours up to `at`, by index,
+    with since when."""
+    cutoff = at - timedelta(hours=rule.hours)
+    return {d.index: d.idle_since for d in devices if d.idle_since <= cutoff}
+
+
 def _lost_devices(nodes: list[Node]) -> dict[int, list[Device]]:
     lost: dict[int, list[Device]] = {node.pk: [] for node in nodes}
     for device in Device.objects.filter(node__in=nodes, vanished_at__isnull=False).order_by("node_id", "index"):
@@ -240,7 +272,8 @@ def _claims(nodes: list[Node]) -> dict[int, list[Claim]]:
 
 
 def _central_findings(
-    node: Node, snapshot: Snapshot, devices: list[Device], lost: list[Device], ledger: gpu.Ledger
+    node: Node, snapshot: Snapshot, devices: list[Device], lost: list[Device], ledger: gpu.Ledger,
+    idle: dict[int, datetime], rule: gpu.IdleRule,
 ) -> list[gpu.Finding]:
     """The agent's findings as the centre keeps them: acknowledged Xids cleared, and
     what only the centre knows added: lost GPUs, overlapping claims, and claims
@@ -248,7 +281,7 @@ def _central_findings(
     reported = [gpu.Finding(f.code, f.name, f.status, f.message, f.fix) for f in snapshot.findings]
     findings = apply_acknowledgements(node, reported, devices)
     central = [_lost_capacity_finding(lost), _overlap_finding(ledger)]
-    return findings + [f for f in central if f is not None] + gpu.claim_use_findings(ledger)
+    return findings + [f for f in central if f is not None] + gpu.claim_use_findings(ledger, idle, rule)
 
 
 def _problem(findings: list[gpu.Finding]) -> str:
@@ -304,15 +337,22 @@ def _lost_capacity_finding(lost: list[Device]) -> gpu.Finding | None:
     )
 
 
-def _flag_claims(node: Node, devices: list[Device], claims: list[Claim]) -> tuple[gpu.Ledger, list[Claim]]:
-    """The node's ledger, and its claims that now name devices the node no longer has
-    (their missing_devices set, for the caller to save)."""
+def _flag_claims(
+    node: Node, devices: list[Device], claims: list[Claim], idle: dict[int, datetime]
+) -> tuple[gpu.Ledger, list[Claim]]:
+    """The node's ledger, and its claims whose flags changed, for the caller to save:
+    missing_devices (ids the node no longer has) and idle_since (since when none of
+    its GPUs did work, while that is longer than the idle rule's hours)."""
     ledger = node.ledger(devices=devices, claims=claims)
+    idle_since = {
+        claim.name.lower(): max(idle[i] for i in indexes) for claim, indexes in ledger.idle_claims(idle)
+    }
     changed = []
     for claim in claims:
         missing = [i for i in claim.device_ids if ledger.resolve(i) is None]
-        if missing != claim.missing_devices:
-            claim.missing_devices = missing
+        since = idle_since.get(claim.name.lower())
+        if missing != claim.missing_devices or since != claim.idle_since:
+            claim.missing_devices, claim.idle_since = missing, since
             changed.append(claim)
     return ledger, changed
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.gpu import Claim, Device, Info, Ledger, Status, claim_use_findings
+from gpufleet.gpu import Claim, Device, IdleRule, Info, Ledger, Status, claim_use_findings
 from gpufleet.gpu.processes import Container, GpuProcess, containers_from_payload
 
 UUIDS = [f"GPU-{i:08x}-aaaa-bbbb-cccc-dddddddddddd" for i in range(4)]
@@ -90,3 +90,53 @@ def test_a_container_attached_idle_is_use_too():
     assert "GPU 1 (container notebook, idle)" in found["use-unclaimed"].message
     assert "container notebook on GPU 1: no claim named 'nightly' on this node" in found["use-misplaced"].message
     assert findings(info, Claim("nightly", device_ids=("1",))) == {}
+
+
+# --- Claimed but idle ----------------------------------------------------------
+
+
+def idle_claims(info: Info, idle: set[int], *claims: Claim) -> list[tuple[str, tuple[int, ...]]]:
+    return [(claim.name, gpus) for claim, gpus in Ledger(info, claims).idle_claims(idle)]
+
+
+def test_a_pinned_claim_is_idle_only_when_every_gpu_it_pins_is():
+    info = node({})
+    pinned = Claim("train", device_ids=("0", UUIDS[1]))
+    assert idle_claims(info, {0, 1, 3}, pinned) == [("train", (0, 1))]
+    assert idle_claims(info, {0, 3}, pinned) == []  # GPU 1 worked
+
+
+def test_an_all_gpus_claim_is_judged_by_all_and_a_count_by_the_gpus_no_claim_pins():
+    info = node({})
+    assert idle_claims(info, {0, 1, 2}, Claim("everything")) == []
+    assert idle_claims(info, {0, 1, 2, 3}, Claim("everything")) == [("everything", (0, 1, 2, 3))]
+    pinned, counted = Claim("train", device_ids=("0",)), Claim("eval", count=2)
+    # GPU 0 worked for "train"; the count is judged by GPUs 1-3 only.
+    assert idle_claims(info, {1, 2, 3}, pinned, counted) == [("eval", (1, 2, 3))]
+    assert idle_claims(info, {0, 1, 3}, pinned, counted) == [("train", (0,))]  # GPU 2 may be eval's work
+
+
+def test_a_claim_whose_gpus_are_gone_is_not_idle():
+    assert idle_claims(node({}), {0, 1, 2, 3}, Claim("old", device_ids=("GPU-gone",))) == []
+
+
+def test_the_idle_finding_names_each_claim_its_gpus_and_the_rule():
+    info = node({}, idle={1: [container("notebook", "train")]})
+    claims = (Claim("train", device_ids=("1",)), Claim("eval", count=1))
+    found = {f.code: f for f in claim_use_findings(Ledger(info, claims), {0, 1, 2, 3}, IdleRule(5, 24))}
+    idle = found["claim-idle"]
+    assert idle.status == Status.WARN and idle.name == "Claimed but idle"
+    assert idle.message == ("2 claims with no process and under 5% utilization on any of its GPUs for 24 h:"
+                            " 'train' (GPU 1); 'eval' (GPUs 0, 2, 3)")
+    assert "use-unclaimed" not in found  # the attached container is train's, and the claim holds GPU 1
+    assert claim_use_findings(Ledger(info, claims), set(), IdleRule()) == []
+
+
+def test_work_is_a_process_or_utilization_at_the_threshold_never_an_attached_container():
+    rule = IdleRule(util_percent=5)
+    quiet = node({}, idle={0: [container("notebook")]}).devices[0]
+    assert not rule.busy(quiet)
+    assert not rule.busy(Device(0, UUIDS[0], "NVIDIA H100", 81559, 0, 4))
+    assert rule.busy(Device(0, UUIDS[0], "NVIDIA H100", 81559, 0, 5))
+    assert rule.busy(node({0: [on(0)]}).devices[0])
+    assert not rule.busy(Device(0, UUIDS[0], "NVIDIA H100", 81559, 0, None))  # unknown is no evidence of work

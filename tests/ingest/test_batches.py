@@ -86,7 +86,7 @@ def test_statements_per_batch_do_not_grow_with_batch_size_or_gpu_count(size, gpu
     ingest_snapshots(firsts)
     for node in Node.objects.all():
         Claim.objects.create(node=node, name="job", count=1)
-    assert _statements([snapshot(s["node"], gpus=gpus, at=later(s)) for s in firsts]) == 10
+    assert _statements([snapshot(s["node"], gpus=gpus, at=later(s)) for s in firsts]) == 11
     assert Device.objects.count() == size * gpus
 
 

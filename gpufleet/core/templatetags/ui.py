@@ -1,5 +1,5 @@
 """Template helpers every page uses: `{% status_badge %}`, `|gib`, `{% vram_bar %}`,
-`{% pct_bar %}`, `|json_compact`, `|duration`. Ages use Django's `|naturaltime`.
+`{% pct_bar %}`, `|json_compact`, `|duration`, `{% sort_header %}`. Ages use Django's `|naturaltime`.
 
 Everything here builds HTML with format_html, so stored text is always escaped."""
 
@@ -86,3 +86,31 @@ def duration(value) -> str:
     if minutes:
         parts.append(f"{minutes} minute{'s' if minutes != 1 else ''}")
     return " ".join(parts)
+
+
+@register.simple_tag(takes_context=True)
+def sort_header(context, key: str, label: str, css: str = "") -> str:
+    """A sortable column header of a list's table: a real link (works without
+    JavaScript) to this page that HTMX follows into the table, keeping the filters,
+    back to page 1. Needs `filter` (with `current_sort`) and `query` in the context."""
+    current = context["filter"].current_sort
+    if current == key:
+        target, aria, arrow = f"-{key}", "ascending", "▲"
+    elif current == f"-{key}":
+        target, aria, arrow = key, "descending", "▼"
+    else:
+        target, aria, arrow = key, "none", ""
+    params = context["query"].copy()
+    params["sort"] = target
+    params.pop("page", None)
+    url = f"{context['request'].path}?{params.urlencode()}"
+    return format_html(
+        '<th scope="col" class="{}" aria-sort="{}"><a href="{}" hx-get="{}" hx-push-url="true">{}'
+        '<span class="sort-arrow" aria-hidden="true">{}</span></a></th>',
+        css,
+        aria,
+        url,
+        url,
+        label,
+        arrow,
+    )
