@@ -4,8 +4,6 @@ import os
 
 from celery import Celery
 
-import gpufleet.broker  # noqa: F401  registers the fsq:// embedded broker
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpufleet.settings")
 
 app = Celery("gpufleet")

@@ -1,5 +1,5 @@
 """gpufleet settings: everything comes from the environment, with defaults that run
-on one machine (SQLite and the embedded file broker) and refuse to run insecurely
+on one machine (SQLite and a private Redis that `up` runs) and refuse to run insecurely
 in production (no default SECRET_KEY unless DEBUG)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from gpufleet.env import SettingError, env_bool, env_float, env_int, env_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-# Where the embedded defaults keep their state: the SQLite file, the file broker,
-# beat schedules. One folder, so a fresh start is `rm -r var/`.
+# Where the embedded defaults keep their state: the SQLite file, the private Redis's
+# socket and append-only file, beat schedules. One folder, so a fresh start is `rm -r var/`.
 DATA_DIR = Path(os.environ.get("GPUFLEET_DATA_DIR", BASE_DIR / "var")).resolve()
 
 DEBUG = env_bool("DEBUG", False)
@@ -278,20 +278,21 @@ GPUFLEET_METRICS_DIR.mkdir(parents=True, exist_ok=True)
 
 # --- Celery ------------------------------------------------------------------
 
-BROKER_DIR = DATA_DIR / "broker"
-# With CELERY_BROKER_URL unset, `up` runs a private Redis on this socket when redis-server
-# is installed (else the file broker) and tells its processes; a command started beside
-# it with the same GPUFLEET_DATA_DIR finds the socket here and uses that Redis too.
+# With CELERY_BROKER_URL unset, `up` runs a private Redis on this socket and tells its
+# processes; a command started beside it with the same GPUFLEET_DATA_DIR finds that
+# Redis here too. The same engine as production: there is no broker of our own.
 PRIVATE_REDIS_SOCKET = DATA_DIR / "redis.sock"
 PRIVATE_REDIS_URL = f"redis+socket://{PRIVATE_REDIS_SOCKET}"
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or (
-    PRIVATE_REDIS_URL if PRIVATE_REDIS_SOCKET.is_socket() else "fsq://"
-)
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or PRIVATE_REDIS_URL
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker that loses the broker keeps trying (never exits), at most this far apart.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 4.0)
-CELERY_BROKER_TRANSPORT_OPTIONS = (
-    {"folder": str(BROKER_DIR)} if CELERY_BROKER_URL.startswith("fsq://") else {}
-)
+# A message a worker took and never acknowledged (killed mid-task) goes back to its
+# queue after this many seconds. Longer than any task may run (CELERY_TASK_TIME_LIMIT),
+# or a slow task would be handed to a second worker while the first still runs it.
+GPUFLEET_BROKER_VISIBILITY_TIMEOUT = env_float("GPUFLEET_BROKER_VISIBILITY_TIMEOUT", 300.0, minimum=130.0)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": GPUFLEET_BROKER_VISIBILITY_TIMEOUT}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -313,8 +314,6 @@ CELERY_TASK_ROUTES = {
     "gpufleet.claims.tasks.*": {"queue": "ingest"},
     # Agent tasks are always sent with an explicit queue="node.<name>".
 }
-# The file broker has no fanout worth paying for: no remote control, no events.
-CELERY_WORKER_ENABLE_REMOTE_CONTROL = not CELERY_BROKER_URL.startswith("fsq://")
 CELERY_WORKER_SEND_TASK_EVENTS = False
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 

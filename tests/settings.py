@@ -1,5 +1,5 @@
 """Test settings: the project's own, with state kept in a scratch folder (the
-SQLite file, the embedded broker, beat schedules), never in the checkout."""
+SQLite file, the private Redis's socket, beat schedules), never in the checkout."""
 
 import os
 import tempfile

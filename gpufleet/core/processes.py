@@ -12,7 +12,8 @@ from pathlib import Path
 
 PYTHON = sys.executable
 _CELERY = [PYTHON, "-m", "celery", "-A", "gpufleet.celery"]
-# The file broker has no use for gossip and mingle; on Redis they only add chatter.
+# Workers never talk to each other (no remote control between them): gossip and
+# mingle would only add chatter on the broker.
 _QUIET = ["--without-mingle", "--without-gossip"]
 
 
@@ -50,10 +51,11 @@ def agent_worker(node: str, data_dir: Path) -> list[str]:
 
 
 def redis_server(binary: str, socket: Path) -> list[str]:
-    """A private Redis for `up`: on a unix socket only its user may open, no TCP port, nothing
-    written to disk (a queued message is lost with it; the agents send fresh ones)."""
+    """A private Redis for `up`: on a unix socket only its user may open, no TCP port, and
+    append-only (each write logged, synced every second), so messages queued when it
+    stops or is killed are there when it starts again."""
     return [binary, "--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "700",
-            "--save", "", "--appendonly", "no", "--dir", str(socket.parent)]
+            "--save", "", "--appendonly", "yes", "--appendfsync", "everysec", "--dir", str(socket.parent)]
 
 
 def up_procfile(bind: str, web_workers: int, data_dir: Path, extra_agents: Iterable[str] = (),

@@ -3,7 +3,7 @@
 Agents send one message per snapshot to wire.INGEST_TASK (args: snapshot, job_id).
 The store takes batches (`ingest_snapshots`), but the worker still hands it one
 message at a time: celery-batches, which would buffer them, supports only
-celery < 5.7, and the embedded file broker does not deliver batches."""
+celery < 5.7."""
 
 from __future__ import annotations
 

@@ -385,8 +385,8 @@ def test_it_applies_an_allowed_fix_only_after_confirming(page, fleet, admin_user
 def test_it_diagnoses_now_and_the_new_findings_come_in(page, fleet, operator, broker_here, fake_host, settings):
     # No worker processes: the in-process broker hands each message to the real task
     # (agent collect on the fake host, job progress, ingest) when the test says so,
-    # so every state of the job can be seen on the page. Real workers over Redis and
-    # the embedded broker are covered by tests/integration.
+    # so every state of the job can be seen on the page. Real workers over Redis are
+    # covered by tests/integration.
     # The agent of HEALTHY: the fake host's nvidia-smi now reports nearly full GPUs.
     settings.GPUFLEET_NODE_NAME = HEALTHY
     fake_host.smi_text(smi_rows(HEALTHY, 8, used_mib=140000, util="99"))

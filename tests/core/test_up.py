@@ -137,12 +137,12 @@ def test_it_refuses_an_agent_name_that_is_no_queue_name(name):
         call_command("up", "--agent", name)
 
 
-def test_it_puts_the_private_redis_first_without_tcp_or_disk(tmp_path):
+def test_it_puts_the_private_redis_first_without_tcp_and_append_only(tmp_path):
     redis = processes.redis_server("/usr/bin/redis-server", tmp_path / "redis.sock")
     entries = parse_procfile(processes.up_procfile("127.0.0.1:9000", 2, tmp_path, redis=redis)).processes
     assert list(entries)[:2] == ["redis", "web"]
-    assert f"--port 0 --unixsocket {tmp_path}/redis.sock --unixsocketperm 700 --save '' --appendonly no" \
-        in entries["redis"]
+    assert f"--port 0 --unixsocket {tmp_path}/redis.sock --unixsocketperm 700 --save '' --appendonly yes" \
+        " --appendfsync everysec" in entries["redis"]
 
 
 def _broker(monkeypatch, tmp_path, *, url: str | None, redis_installed: bool):
@@ -167,11 +167,26 @@ def test_it_runs_a_private_redis_when_no_broker_is_set_and_redis_is_installed(mo
     assert redis[0] == str(tmp_path / "bin" / "redis-server")
 
 
-def test_it_uses_the_file_broker_without_redis_server_and_forgets_an_old_socket(monkeypatch, tmp_path, settings):
+def test_without_redis_server_it_says_what_to_install_and_stops(monkeypatch, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        _broker(monkeypatch, tmp_path, url=None, redis_installed=False)
+    assert stopped.value.code == 2
+    assert "sudo apt-get install redis-server" in capsys.readouterr().err
+
+
+def test_it_clears_a_dead_socket_left_by_a_killed_run(monkeypatch, tmp_path, settings):
     settings.PRIVATE_REDIS_SOCKET = tmp_path / "redis.sock"
-    settings.PRIVATE_REDIS_SOCKET.write_text("")  # left over from a killed run
-    assert _broker(monkeypatch, tmp_path, url=None, redis_installed=False) == ("fsq://", None)
+    settings.PRIVATE_REDIS_SOCKET.write_text("")  # nothing answers on it
+    url, redis = _broker(monkeypatch, tmp_path, url=None, redis_installed=True)
+    assert url == settings.PRIVATE_REDIS_URL and redis
     assert not settings.PRIVATE_REDIS_SOCKET.exists()
+
+
+def test_a_data_dir_too_deep_for_a_unix_socket_is_refused_with_the_way_out(monkeypatch, tmp_path, settings, capsys):
+    settings.PRIVATE_REDIS_SOCKET = tmp_path / ("d" * 120) / "redis.sock"
+    with pytest.raises(SystemExit):
+        _broker(monkeypatch, tmp_path, url=None, redis_installed=True)
+    assert "set GPUFLEET_DATA_DIR to a shorter directory" in capsys.readouterr().err
 
 
 def test_it_keeps_the_broker_that_is_set(monkeypatch, tmp_path):
@@ -179,18 +194,12 @@ def test_it_keeps_the_broker_that_is_set(monkeypatch, tmp_path):
     assert _broker(monkeypatch, tmp_path, url=url, redis_installed=True) == (url, None)
 
 
-@pytest.mark.parametrize("running", [True, False])
-def test_a_command_beside_up_finds_its_private_redis(tmp_path, running):
-    import socket
-
-    with socket.socket(socket.AF_UNIX) as listening:
-        if running:
-            listening.bind(str(tmp_path / "redis.sock"))
-        env = {**os.environ, "GPUFLEET_DATA_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
-        env.pop("CELERY_BROKER_URL", None)
-        url = subprocess.run([sys.executable, "-c", "from gpufleet import settings; print(settings.CELERY_BROKER_URL)"],
-                             env=env, capture_output=True, text=True, check=True).stdout.strip()
-    assert url == (f"redis+socket://{tmp_path}/redis.sock" if running else "fsq://")
+def test_a_command_beside_up_finds_its_private_redis(tmp_path):
+    env = {**os.environ, "GPUFLEET_DATA_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+    env.pop("CELERY_BROKER_URL", None)
+    url = subprocess.run([sys.executable, "-c", "from gpufleet import settings; print(settings.CELERY_BROKER_URL)"],
+                         env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert url == f"redis+socket://{tmp_path}/redis.sock"
 
 
 def test_it_refuses_to_start_beside_another_up_on_the_same_data_dir(monkeypatch, tmp_path, settings):

@@ -1,6 +1,6 @@
-"""Brokers for the integration tests: real Redis (CI's, or a developer's on the
-default port) and the embedded file broker. The test process itself sends
-through the same broker as the workers it starts."""
+"""The broker for the integration tests: real Redis (CI's, or a developer's on the
+default port). The test process itself sends through the same broker as the
+workers it starts."""
 
 from __future__ import annotations
 
@@ -50,18 +50,16 @@ def _use_broker(app, url: str, options: dict) -> tuple:
     return before
 
 
-@pytest.fixture(params=["redis", "embedded"])
-def broker(request, tmp_path, monkeypatch):
+@pytest.fixture
+def broker(tmp_path, monkeypatch):
+    """The shared Redis (CI's, or a developer's on the default port)."""
     from gpufleet.celery import app
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    if request.param == "redis":
-        url = _redis_url()
-        _check_redis(url)
-        chosen = Broker("redis", url, data_dir)
-    else:
-        chosen = Broker("embedded", "fsq://", data_dir, {"folder": str(data_dir / "broker")})
+    url = _redis_url()
+    _check_redis(url)
+    chosen = Broker("redis", url, data_dir, dict(app.conf.broker_transport_options or {}))
     # Celery prefers the CELERY_BROKER_URL environment variable over its config.
     monkeypatch.setenv("CELERY_BROKER_URL", chosen.url)
     before = _use_broker(app, chosen.url, chosen.transport_options)

@@ -23,7 +23,6 @@ GPU1 = "GPU-6b3c1a1e-4f1d-9c2b-8e7a-1d2c3b4a5f61"  # 12 % busy in the recording;
 IDLE_HOURS = "0.001"  # 3.6 s: the rule is the same, the wait is short
 
 
-@pytest.mark.parametrize("broker", ["redis"], indirect=True)
 def test_the_node_page_shows_a_gpu_used_without_a_claim_and_a_claim_left_idle(
     broker, fake_host, node_name, operator, viewer_client, tmp_path
 ):

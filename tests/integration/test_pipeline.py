@@ -1,6 +1,6 @@
 """The real loop: agent worker (with its beat) → broker → ingest worker → database,
-and "diagnose now" from the site back to the agent, on Redis and on the embedded
-broker. Workers are real `celery worker` processes on a fake GPU host."""
+and "diagnose now" from the site back to the agent, on Redis. Workers are real
+`celery worker` processes on a fake GPU host."""
 
 from __future__ import annotations
 

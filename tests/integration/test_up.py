@@ -1,5 +1,5 @@
 """The README's first command on embedded defaults: `manage.py up` with SQLite and
-its private Redis (or, with CELERY_BROKER_URL=fsq://, the embedded file broker), on a
+its private Redis, on a
 fake GPU host, with one more agent for a demo node. Then
 the real mix under load: both beats ticking, the agents collecting, while a burst of
 snapshots and "diagnose now" requests, sent by a command started beside `up` with
@@ -91,19 +91,16 @@ def _started_pid(log, name: str) -> int:
     return int(re.findall(rf"\| {name} started \(pid (\d+)\)", log.read())[-1])
 
 
-@pytest.mark.parametrize("broker", ["private redis", "fsq"])
-def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path, broker):
+def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
     port = _free_port()
     data = tmp_path / "data"
     env = {**os.environ, **fake_host.env(), "GPUFLEET_DATA_DIR": str(data), "GPUFLEET_NODE_NAME": "this-host",
            "GPUFLEET_COLLECT_INTERVAL": "2", "PYTHONUNBUFFERED": "1"}
     for name in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE"):
         env.pop(name, None)
-    if broker == "fsq":
-        env["CELERY_BROKER_URL"] = "fsq://"
-    elif shutil.which("redis-server", path=env["PATH"]) is None:
+    if shutil.which("redis-server", path=env["PATH"]) is None:
         missing_service("redis-server is not installed (apt-get install redis-server)")
-    killed_ones = ("web", "ingest", "redis") if broker == "private redis" else ("web", "ingest")
+    killed_ones = ("web", "ingest", "redis")
     db = data / "gpufleet.sqlite3"
     log = open(tmp_path / "up.log", "w+")
     started = time.monotonic()
@@ -120,7 +117,7 @@ def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path, broke
         log.seek(0)
         output = log.read()
         assert re.search(r"Admin login \(shown once\): admin / \S+", output)
-        assert f"broker {broker}," in output
+        assert "broker private redis," in output
 
         burst = subprocess.run([sys.executable, "manage.py", "shell", "-c", BURST], cwd=REPO, env=env,
                                capture_output=True, text=True, timeout=120)

@@ -1,7 +1,7 @@
 """Start the whole thing on one machine: web, ingest worker with the central beat,
 and an agent for this host, all sharing the settings' database and broker (by
-default SQLite and a private Redis, or the embedded file broker where redis-server
-is not installed, so no server needs setting up).
+default SQLite and a private Redis that `up` starts and stops, so no server needs
+setting up).
 
 The processes are the entries of a Procfile written from gpufleet/core/processes.py
 into the data dir on every start; what ran is always in $GPUFLEET_DATA_DIR/Procfile."""
@@ -100,7 +100,7 @@ class Command(BaseCommand):
 
     def _broker(self) -> tuple[str, list[str] | None]:
         """The broker URL for every child, and the private Redis's command line if `up` runs one:
-        CELERY_BROKER_URL when set; else a Redis of our own when redis-server is installed; else the file broker."""
+        CELERY_BROKER_URL when set, else a Redis of our own (redis-server must be installed)."""
         if os.environ.get("CELERY_BROKER_URL"):
             return os.environ["CELERY_BROKER_URL"], None
         path = settings.PRIVATE_REDIS_SOCKET
@@ -109,13 +109,17 @@ class Command(BaseCommand):
             self.stderr.write(f"gpufleet: another up runs with this data dir (its Redis answers on {path})")
             raise SystemExit(2)
         binary = shutil.which("redis-server")
-        if binary and len(os.fsencode(path)) < 108:  # the longest path a unix socket can have
-            return settings.PRIVATE_REDIS_URL, processes.redis_server(binary, path)
-        if binary:
-            self.stderr.write(f"gpufleet: {path} is too long a path for a unix socket; using the file broker")
-        # Left over from a run that was killed: nothing beside us should look for a Redis there.
+        if binary is None:
+            self.stderr.write("gpufleet: up runs a private Redis, and redis-server is not installed: install it"
+                              " (sudo apt-get install redis-server), or set CELERY_BROKER_URL to a Redis to use")
+            raise SystemExit(2)
+        if len(os.fsencode(path)) >= 108:  # the longest path a unix socket can have
+            self.stderr.write(f"gpufleet: {path} is too long a path for a unix socket: set GPUFLEET_DATA_DIR to a"
+                              " shorter directory, or CELERY_BROKER_URL to a Redis to use")
+            raise SystemExit(2)
+        # Left over from a run that was killed (nothing answers on it): redis-server makes it anew.
         path.unlink(missing_ok=True)
-        return "fsq://", None
+        return settings.PRIVATE_REDIS_URL, processes.redis_server(binary, path)
 
     def _ensure_admin(self) -> None:
         """Create the first admin once and print its login; never again."""
