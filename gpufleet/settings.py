@@ -289,10 +289,18 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 4.0)
 # A message a worker took and never acknowledged (killed mid-task) goes back to its
-# queue after this many seconds. Longer than any task may run (CELERY_TASK_TIME_LIMIT),
-# or a slow task would be handed to a second worker while the first still runs it.
-GPUFLEET_BROKER_VISIBILITY_TIMEOUT = env_float("GPUFLEET_BROKER_VISIBILITY_TIMEOUT", 300.0, minimum=130.0)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": GPUFLEET_BROKER_VISIBILITY_TIMEOUT}
+# queue after this many seconds. Keep it longer than any task may run
+# (CELERY_TASK_TIME_LIMIT, 120 s), or a slow task is handed to a second worker while the
+# first still runs it (harmless for ingest, whose repeat is a stale snapshot; not for fixes).
+GPUFLEET_BROKER_VISIBILITY_TIMEOUT = env_float("GPUFLEET_BROKER_VISIBILITY_TIMEOUT", 300.0, minimum=1.0)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": GPUFLEET_BROKER_VISIBILITY_TIMEOUT,
+    # kombu looks for such messages every interval × throttle seconds (100 s by
+    # default); one cheap index scan every 10 s (or per timeout, if shorter) bounds
+    # the redelivery at the timeout plus that.
+    "unacked_restore_interval": min(10, GPUFLEET_BROKER_VISIBILITY_TIMEOUT),
+    "unacked_restore_throttle": 1,
+}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

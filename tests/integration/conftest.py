@@ -71,3 +71,72 @@ def broker(tmp_path, monkeypatch):
 def node_name() -> str:
     # Unique per test: Redis queues outlive a test run.
     return f"it-{uuid.uuid4().hex[:8]}"
+
+
+class OwnRedis:
+    """A redis-server of the test's own, on a free TCP port, append-only in a
+    private folder (as `up`'s is), that the test may kill and start again."""
+
+    def __init__(self, folder: Path):
+        import shutil
+        import socket
+
+        self.binary = shutil.which("redis-server")
+        if self.binary is None:
+            missing_service("redis-server is not installed (apt-get install redis-server)")
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.folder = folder
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = None
+
+    def start(self) -> None:
+        import subprocess
+        import time
+
+        import redis
+
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+             "--appendfsync", "always", "--dir", str(self.folder)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                redis.Redis.from_url(self.url, socket_timeout=1).ping()
+                return
+            except redis.RedisError:
+                time.sleep(0.05)
+        raise AssertionError(f"redis-server on port {self.port} did not start")
+
+    def kill(self) -> None:
+        import signal
+
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def client(self):
+        import redis
+
+        return redis.Redis.from_url(self.url, socket_timeout=2)
+
+
+@pytest.fixture
+def own_redis(tmp_path, monkeypatch):
+    """A Redis of the test's own, started; every message this test sends goes to it."""
+    from gpufleet.celery import app
+
+    folder = tmp_path / "redis"
+    folder.mkdir()
+    server = OwnRedis(folder)
+    server.start()
+    monkeypatch.setenv("CELERY_BROKER_URL", server.url)
+    before = _use_broker(app, server.url, dict(app.conf.broker_transport_options or {}))
+    try:
+        yield server
+    finally:
+        _use_broker(app, *before)
+        if server.proc.poll() is None:
+            server.kill()

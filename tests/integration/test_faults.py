@@ -1,0 +1,83 @@
+"""Faults on the way from agent to database, with real processes: Redis killed
+and started again under load, an ingest worker killed mid-batch. Each test runs
+its own redis-server (never the shared one) and real `celery worker`s."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from gpufleet.fleet.models import DeviceSample, Node
+from tests.factories import snapshot
+from tests.integration.workers import celery_worker, database_url_for_workers, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+INGEST = "gpufleet.fleet.tasks.ingest"
+
+
+def _central(own_redis, **extra) -> dict[str, str]:
+    return {"CELERY_BROKER_URL": own_redis.url, "DATABASE_URL": database_url_for_workers(),
+            "GPUFLEET_ROLE": "central", "GPUFLEET_NODE_NAME": "central", **extra}
+
+
+def _send(names: list[str], gpus: int = 2) -> list[str]:
+    """Send one snapshot per name; the names whose message the broker took."""
+    from gpufleet.celery import app
+
+    sent = []
+    for name in names:
+        try:
+            app.send_task(INGEST, args=[snapshot(name, gpus=gpus), None], queue="ingest", retry=False)
+        except Exception:  # the broker is down: this one was never accepted
+            continue
+        sent.append(name)
+    return sent
+
+
+def _stored(names) -> set[str]:
+    return set(Node.objects.filter(name__in=list(names)).values_list("name", flat=True))
+
+
+def test_redis_killed_and_started_again_under_load_loses_no_accepted_snapshot(own_redis, fake_host, tmp_path):
+    agent_env = {**_central(own_redis), **fake_host.env(), "GPUFLEET_ROLE": "agent", "GPUFLEET_NODE_NAME": "faulty-1",
+                 "GPUFLEET_COLLECT_INTERVAL": "1"}
+    with celery_worker("ingest", "ingest", _central(own_redis, GPUFLEET_BROKER_VISIBILITY_TIMEOUT="5")) as ingest, \
+         celery_worker("agent", "node.faulty-1", agent_env, beat_file=tmp_path / "beat") as agent:
+        workers = (ingest, agent)
+        sent = _send([f"before-{i:03}" for i in range(150)])
+        own_redis.kill()  # mid-stream: some are stored, some wait in Redis's append-only file
+        lost_window = _send([f"during-{i:03}" for i in range(5)])
+        assert lost_window == []  # nothing was accepted while Redis was down
+        time.sleep(2)
+        own_redis.start()
+        sent += _send([f"after-{i:03}" for i in range(50)])
+        # The message the worker held when Redis died comes back after the visibility timeout.
+        wait_for(lambda: _stored(sent) == set(sent), 60, "every accepted snapshot to be stored", workers)
+        # The agent reconnects by itself and reports again within an interval or two.
+        seen = wait_for(lambda: Node.objects.filter(name="faulty-1").values_list("collected_at", flat=True).first(),
+                        15, "the agent after the outage", workers)
+        wait_for(lambda: Node.objects.get(name="faulty-1").collected_at > seen, 15, "the agent's next snapshot",
+                 workers)
+        assert ingest.alive() and agent.alive()
+        assert not any("Unrecoverable error" in line for line in ingest.lines + agent.lines)
+    assert len(sent) == 200
+    assert DeviceSample.objects.filter(device__node__name__in=sent).count() == 2 * len(sent)  # each once
+
+
+def test_a_worker_killed_mid_task_has_its_messages_delivered_again_and_stored_once(own_redis):
+    env = _central(own_redis, GPUFLEET_BROKER_VISIBILITY_TIMEOUT="3")
+    names = [f"redelivered-{i:03}" for i in range(300)]
+    assert _send(names, gpus=8) == names
+    with celery_worker("ingest", "ingest", env) as doomed:
+        wait_for(lambda: len(_stored(names)) >= 20, 30, "the first snapshots", (doomed,))
+        doomed.proc.send_signal(signal.SIGKILL)  # no warm shutdown: what it held stays unacknowledged
+        doomed.proc.wait()
+    held = own_redis.client().hlen("unacked")
+    assert held >= 1, "the killed worker held no message: the test proves nothing"
+    with celery_worker("ingest-2", "ingest", env) as second:
+        wait_for(lambda: _stored(names) == set(names), 60, "every snapshot, the held ones too", (second,))
+        wait_for(lambda: own_redis.client().hlen("unacked") == 0, 10, "nothing left unacknowledged", (second,))
+    assert DeviceSample.objects.filter(device__node__name__in=names).count() == 8 * len(names)
