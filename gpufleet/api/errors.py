@@ -8,12 +8,15 @@ from django.http import JsonResponse
 from gpufleet.claims import services
 
 # A refused claim change, by its stable code: 422 when the claim itself is wrong, 404 when
-# it is gone, 409 (any other code) when it conflicts with the node's state or other claims.
+# it is gone, 428 Precondition Required when an edit or delete lacks the claim's version
+# (RFC 6585: the status for refusing changes that could be lost updates), 409 (any other
+# code) when it conflicts with the node's state or other claims.
 CLAIM_STATUS = {
     "unknown_device": 422,
     "duplicate_device": 422,
     "invalid": 422,
     services.ClaimGone.code: 404,
+    services.VersionRequired.code: 428,
 }
 CONFLICT = 409
 
@@ -27,7 +30,8 @@ class ApiError(Exception):
 
     @classmethod
     def from_claim_error(cls, exc: services.ClaimError) -> ApiError:
-        return cls(CLAIM_STATUS.get(exc.code, CONFLICT), exc.code, exc.message)
+        field = services.VERSION_FIELD if isinstance(exc, services.VersionRequired) else None
+        return cls(CLAIM_STATUS.get(exc.code, CONFLICT), exc.code, exc.message, field)
 
 
 def error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:

@@ -125,7 +125,7 @@ class FleetCollector:
         url = settings.CELERY_BROKER_URL
         queue = settings.CELERY_TASK_DEFAULT_QUEUE
         if not url.startswith(("redis://", "rediss://", "redis+socket://")):
-            return  # the embedded file broker of a one-machine setup: no depth to ask for
+            return  # a broker other than Redis (memory:// in tests): no queue depth to ask for
         up = GaugeMetricFamily("gpufleet_broker_up", "1 if this scrape reached the broker, else 0.")
         depth = GaugeMetricFamily(
             "gpufleet_broker_queue_depth", "Messages waiting in the broker queue.", labels=["queue"]

@@ -44,6 +44,10 @@ class ClaimIn(Schema):
 
 
 class ClaimUpdate(ClaimIn):
-    """A claim's replacement; `updated_at`, when given, must be the stored claim's (or 409 stale)."""
+    """A claim's replacement. `updated_at` is required: the claim's `updated_at` as last read,
+    so a change made meanwhile is never overwritten unseen (409 stale). Missing or unreadable:
+    428 version_required; nothing is written either way."""
 
-    updated_at: str | None = None
+    updated_at: str = Field(
+        description="The claim's updated_at exactly as read (ISO 8601 with time zone); required."
+    )

@@ -59,7 +59,12 @@ PLACEMENT = [
     _query("model", {"type": "string", "description": "part of the GPU name, any case"}),
     _query("min_free_vram_mib", {"type": "integer", "minimum": 0, "default": 0, "description": "free VRAM per GPU"}),
 ]
-VERSION = _query("updated_at", {"type": "string"})
+VERSION = {
+    **_query(services.VERSION_FIELD, {"type": "string"}),
+    "required": True,
+    "description": "The claim's updated_at exactly as read (ISO 8601 with time zone); "
+    "missing or unreadable: 428 version_required.",
+}
 
 
 class Api(NinjaAPI):
@@ -124,6 +129,9 @@ def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
             return error(400, "bad_json", "the request body is not valid JSON: it is empty")
         return error(400, "bad_json", "the request body must be a JSON object")
     field = str(path[1] if source == "body" else path[0])
+    if source == "body" and field == services.VERSION_FIELD:
+        # The same answer as for a version that is there but unreadable (see replace_claim).
+        return answer(ApiError.from_claim_error(services.VersionRequired(missing=first["type"] == "missing")))
     return error(422, "invalid", f"{field}: {first['msg']}", field)
 
 
@@ -260,10 +268,11 @@ def claim(request: HttpRequest, pk: int) -> HttpResponse:
 
 @api.put("/claims/{int:pk}/", url_name="claim")
 def replace_claim(request: HttpRequest, pk: int, body: ClaimUpdate) -> HttpResponse:
-    """Replace a claim, checked against the node's other claims."""
-    row = _claim(pk)
-    version = services.parse_version(body.updated_at)
+    """Replace a claim, checked against the node's other claims; only if it is still the
+    version `updated_at` names (409 stale otherwise)."""
     try:
+        version = services.parse_version(body.updated_at)
+        row = _claim(pk)
         saved = services.save_claim(
             row.node, _proposed(body), request.user, editing=row, expected_updated_at=version, terms=_terms(body, request.user, row)
         )
@@ -274,10 +283,13 @@ def replace_claim(request: HttpRequest, pk: int, body: ClaimUpdate) -> HttpRespo
 
 @api.delete("/claims/{int:pk}/", url_name="claim", response={204: None}, openapi_extra={"parameters": [VERSION]})
 def delete_claim(request: HttpRequest, pk: int) -> HttpResponse:
-    """Delete a claim: 204; with ?updated_at=, only if the claim is still that version."""
-    row = _claim(pk)
-    version = services.parse_version(request.GET.get("updated_at"))
+    """Delete a claim: 204, only if the claim is still the version ?updated_at= names (409
+    stale otherwise). The version goes in the query, not a body: many clients and proxies
+    drop the body of a DELETE."""
     try:
+        # Checked first, as the body of a PUT is: a request without it is refused whatever the claim.
+        version = services.parse_version(request.GET.get(services.VERSION_FIELD), action="delete")
+        row = _claim(pk)
         services.delete_claim(row, request.user, expected_updated_at=version)
     except services.ClaimError as exc:
         raise ApiError.from_claim_error(exc) from None
@@ -318,7 +330,7 @@ def _claim(pk: int) -> Claim:
     try:
         return Claim.objects.select_related("node", "created_by", "owner").get(pk=pk)
     except Claim.DoesNotExist:
-        raise ApiError(404, "not_found", f"there is no claim {pk}") from None
+        raise ApiError(404, "not_found", f"there is no claim {pk}: it was deleted, or never existed") from None
 
 
 def _ledger(node: Node, devices, claims) -> gpu.Ledger:

@@ -29,6 +29,7 @@ _FIELD_FOR_CODE = {
     "runtime_missing": None,
     "stale": None,
     "gone": None,
+    "version_required": None,
 }
 _FIELD_FOR_MODE = {COUNT: "count", ALL: "mode", DEVICES: DEVICES}
 
@@ -90,6 +91,9 @@ class ClaimForm(forms.Form):
         # After a refused submit the form carries the claim's current version, so the
         # next save (after the user has reviewed it) goes through.
         self.refresh_version = False
+        # Set by clean() when an edit came without a readable version token.
+        self.version_refused = False
+        self._version: datetime | None = None
         self.fields["devices"].choices = _device_choices(ledger, devices, self._chosen())
 
     def _chosen(self) -> list[str]:
@@ -107,9 +111,8 @@ class ClaimForm(forms.Form):
         return self.editing.updated_at.isoformat()
 
     def expected_updated_at(self) -> datetime | None:
-        if self.editing is None:
-            return None
-        return services.parse_version(self.cleaned_data.get("updated_at"))
+        """The version the edit was loaded at (None for a new claim). Call after is_valid()."""
+        return self._version
 
     def terms(self) -> services.Terms:
         """Owner, contact and expiry as the services take them. Call after is_valid()."""
@@ -118,8 +121,17 @@ class ClaimForm(forms.Form):
 
     def clean(self) -> dict:
         data = super().clean()
-        if self.editing is not None and services.is_stale(self.editing, self.expected_updated_at()):
-            self.add_claim_error(services.StaleClaim())
+        if self.editing is not None:
+            # An edit without the version it was loaded at could overwrite a change made
+            # meanwhile unseen, so it is refused like a stale one, never saved unchecked.
+            try:
+                self._version = services.parse_version(data.get("updated_at"))
+            except services.VersionRequired as exc:
+                self.version_refused = True
+                self.add_claim_error(exc)
+            else:
+                if services.is_stale(self.editing, self._version):
+                    self.add_claim_error(services.StaleClaim())
         mode = data.get("mode")
         if mode == COUNT and data.get("count") is None and "count" not in self.errors:
             # A count of 0 would mean every GPU; that is its own choice.

@@ -3,7 +3,7 @@ other claims inside one transaction that holds the node row locked, so two
 admins saving at once cannot double-book a GPU; every change is audited.
 
 Everything that can refuse a change raises a `ClaimError` with a stable `code`
-(the ledger's machine codes plus name_taken, stale and gone) and a sentence for
+(the ledger's machine codes plus name_taken, stale, gone and version_required) and a sentence for
 people, so the editor and the API report the same reasons the same way."""
 
 from __future__ import annotations
@@ -90,6 +90,27 @@ class ClaimGone(ClaimError):
         super().__init__("this claim was deleted by someone else meanwhile")
 
 
+# The name of the version token wherever people send it (the form field, the API's
+# body field and query parameter), so every refusal names the same field.
+VERSION_FIELD = "updated_at"
+
+
+class VersionRequired(ClaimError):
+    """An edit or delete came without the version the claim was read at, or with one
+    this site never wrote. Refused: without it a change made meanwhile would be
+    silently overwritten."""
+
+    code = "version_required"
+
+    def __init__(self, missing: bool = True, action: str = "save") -> None:
+        problem = "is required" if missing else "is not readable (it must be the claim's updated_at as ISO 8601)"
+        super().__init__(
+            f"the claim's version ({VERSION_FIELD}) {problem}, so that a change made meanwhile is not "
+            f"overwritten; review the claim as it is now and {action} again"
+        )
+        self.missing = missing
+
+
 def sentence(text: str) -> str:
     """The ledger speaks in clauses ("needs 3 GPUs but ..."); people read sentences."""
     text = text.strip()
@@ -99,20 +120,20 @@ def sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
-def parse_version(raw) -> datetime | None:
-    """The version token an editor sends back (the claim's `updated_at` as ISO 8601).
-    Empty means "no check"; an unreadable one counts as stale, never as "no check"."""
-    if raw is None:
-        return None
-    if not isinstance(raw, str):
-        return datetime.min
-    raw = raw.strip()
-    if not raw:
-        return None
+def parse_version(raw, action: str = "save") -> datetime:
+    """The version token an editor or API caller sends back: the claim's `updated_at`
+    as ISO 8601, time zone included (as `isoformat()` writes it). Raises VersionRequired
+    when it is missing or unreadable; people's edits and deletes never go unchecked."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        raise VersionRequired(missing=True, action=action)
     try:
-        return datetime.fromisoformat(raw)
+        parsed = datetime.fromisoformat(raw.strip()) if isinstance(raw, str) else None
     except ValueError:
-        return datetime.min
+        parsed = None
+    # A time without a zone is not one we wrote, and would never equal a stored one.
+    if parsed is None or parsed.tzinfo is None:
+        raise VersionRequired(missing=False, action=action)
+    return parsed
 
 
 def check_claim(node: Node, proposed: gpu.Claim, editing: Claim | None = None) -> gpu.FitError | None:
@@ -174,7 +195,9 @@ def save_claim(
     """Create or (with `editing`) replace a claim. Without `terms` a new claim is
     owned by `user` and never expires, an edited one keeps its own. Raises NameTaken,
     BadName, BadTerms, ClaimRejected, StaleClaim (the claim changed after
-    `expected_updated_at`) or ClaimGone."""
+    `expected_updated_at`) or ClaimGone. The editor and the API always pass
+    `expected_updated_at` for an edit (see parse_version); None, no check, is for
+    the system's own changes."""
     if terms is not None:
         bad = check_terms(terms, editing)
         if bad is not None:
@@ -218,7 +241,8 @@ def save_claim(
 
 def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None) -> None:
     """Delete a claim. Raises StaleClaim (changed after `expected_updated_at`) or ClaimGone.
-    `user` None is the system (the audit log shows "system")."""
+    `user` None is the system (the audit log shows "system"). As for save_claim, people's
+    deletes always pass `expected_updated_at`."""
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=claim.node_id)
         try:

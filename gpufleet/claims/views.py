@@ -14,12 +14,12 @@ from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.http import trigger_client_event
+from django_htmx.http import reswap, retarget, trigger_client_event
 
 from gpufleet import gpu
 from gpufleet.audit.models import AuditEntry
@@ -39,6 +39,7 @@ LIST_PAGE_SIZE = 50
 PANEL = "claims/node_claims.html"
 FORM_PAGE = "claims/claim_form.html"
 FORM_PARTIAL = "claim-form"
+GONE_PAGE = "claims/claim_gone.html"
 CHANGED_EVENT = "claims-changed"
 MAX_PREFILLED_DEVICES = 64
 
@@ -118,7 +119,9 @@ def add(request: HttpRequest, name: str) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @requires(EDIT_CLAIMS)
 def edit(request: HttpRequest, pk: int) -> HttpResponse:
-    claim = get_object_or_404(Claim.objects.select_related("node"), pk=pk)
+    claim = Claim.objects.select_related("node").filter(pk=pk).first()
+    if claim is None:
+        return _missing(request)
     return _edit(request, claim.node, claim)
 
 
@@ -155,7 +158,10 @@ def _edit(request, node: Node, editing: Claim | None) -> HttpResponse:
     form.refresh_version = True
     if in_panel and wants_fragment(request):
         return _panel_response(request, node, form=form)
-    return render(request, FORM_PAGE, _form_context(node, form, in_panel), status=200)
+    # No (readable) version token is a broken request rather than a conflict: 400. HTMX
+    # above gets 200 whatever the refusal, as htmx 2 does not swap 4xx bodies.
+    status = 400 if form.version_refused else 200
+    return render(request, FORM_PAGE, _form_context(node, form, in_panel), status=status)
 
 
 @require_POST
@@ -189,21 +195,28 @@ def _validate(request, node: Node, editing: Claim | None) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @requires(EDIT_CLAIMS)
 def delete(request: HttpRequest, pk: int) -> HttpResponse:
-    """GET: the confirmation page (no JavaScript). POST with confirm=yes: delete."""
-    claim = get_object_or_404(Claim.objects.select_related("node"), pk=pk)
+    """GET: the confirmation page (no JavaScript). POST with confirm=yes and the version
+    the claim was shown at (updated_at): delete."""
+    claim = Claim.objects.select_related("node").filter(pk=pk).first()
+    if claim is None:
+        return _missing(request)
     node = claim.node
     in_panel = _in_panel(request)
     if request.method == "GET" or request.POST.get("confirm") != "yes":
         return _confirm_page(request, claim)
     try:
-        services.delete_claim(claim, request.user, expected_updated_at=services.parse_version(request.POST.get("updated_at")))
+        version = services.parse_version(request.POST.get(services.VERSION_FIELD), action="delete")
+        services.delete_claim(claim, request.user, expected_updated_at=version)
     except services.ClaimGone:
         return _gone(request, node, in_panel)
-    except services.StaleClaim as exc:
-        claim.refresh_from_db()
+    except (services.StaleClaim, services.VersionRequired) as exc:
+        if isinstance(exc, services.StaleClaim):
+            claim.refresh_from_db()
+        # The panel and the confirmation page both offer the claim's current version again.
         if in_panel and wants_fragment(request):
             return _panel_response(request, node, notice=exc.message)
-        return _confirm_page(request, claim, error=exc.message)
+        status = 400 if isinstance(exc, services.VersionRequired) else 200
+        return _confirm_page(request, claim, error=exc.message, status=status)
     done = f"Claim {claim.name} deleted."
     if in_panel and wants_fragment(request):
         return _panel_response(request, node, notice=done, changed=True)
@@ -211,17 +224,42 @@ def delete(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect(node_url(node))
 
 
-def _confirm_page(request, claim: Claim, error: str = "") -> HttpResponse:
+def _confirm_page(request, claim: Claim, error: str = "", status: int = 200) -> HttpResponse:
     context = {"claim": claim, "node": claim.node, "error": error}
-    return render(request, "claims/claim_confirm_delete.html", context)
+    return render(request, "claims/claim_confirm_delete.html", context, status=status)
 
 
-def _gone(request, node: Node, in_panel: bool) -> HttpResponse:
+def _missing(request) -> HttpResponse:
+    """The claim in the URL does not exist. A save or delete (or the panel's Edit) came
+    from a page that still showed it, so it was deleted meanwhile: say so on the node it
+    was on, which those pages send along (`node`). A plain GET is an ordinary 404."""
+    if request.method == "GET" and not wants_fragment(request):
+        raise Http404("no such claim")
+    name = request.POST.get("node") or request.GET.get("node")
+    node = Node.objects.filter(name=name).first() if name else None
+    return _gone(request, node, _in_panel(request))
+
+
+def _gone(request, node: Node | None, in_panel: bool) -> HttpResponse:
+    """Someone deleted the claim meanwhile. HTMX gets the node's panel, refreshed, with
+    the notice: 200, since htmx 2 swaps no 4xx (a 404 left the old form on screen and
+    said nothing), retargeted at the panel since the Edit link targets the form only. A
+    plain post goes back to the node's claims with the message (PRG). With no node to go
+    back to, a page saying so with a link to the fleet's claims (404)."""
     text = services.ClaimGone().message
-    if in_panel and wants_fragment(request):
-        return _panel_response(request, node, notice=text)
-    messages.warning(request, text)
-    return redirect(node_url(node))
+    htmx = in_panel and wants_fragment(request)
+    if node is not None:
+        if htmx:
+            response = _panel_response(request, node, notice=text, changed=True)
+            return reswap(retarget(response, "#claims-panel"), "outerHTML")
+        messages.warning(request, text)
+        return redirect(node_url(node))
+    # Without the node, a claim deleted meanwhile and a mistyped URL look the same.
+    context = {"message": "This claim was deleted by someone else meanwhile, or never existed.", "back_url": reverse("claims:list")}
+    if htmx:
+        response = render(request, f"{GONE_PAGE}#claim-gone", context)
+        return reswap(retarget(response, "#claims-panel"), "outerHTML")
+    return render(request, GONE_PAGE, context, status=404)
 
 
 # --- the fleet-wide list ---------------------------------------------------

@@ -4,6 +4,7 @@ operators and admins write; Django's CSRF check stays on for session writes."""
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 
 import pytest
 from django.test import Client, override_settings
@@ -29,13 +30,17 @@ def train(operator):
 
 
 def _writes(client, train):
+    """Each write, carrying the claim's version as read just before it (as a client must)."""
     new = json.dumps({"name": "new", "count": 1})
-    edit = json.dumps({"name": "train", "count": 2})
-    return {
+    edit = json.dumps({"name": "train", "count": 2, "updated_at": train.updated_at.isoformat()})
+    writes = {
         "POST node claims": client.post("/api/nodes/alpha/claims/", new, content_type="application/json"),
         "PUT claim": client.put(f"/api/claims/{train.pk}/", edit, content_type="application/json"),
-        "DELETE claim": client.delete(f"/api/claims/{train.pk}/"),
     }
+    train.refresh_from_db()
+    version = urlencode({"updated_at": train.updated_at.isoformat()})
+    writes["DELETE claim"] = client.delete(f"/api/claims/{train.pk}/?{version}")
+    return writes
 
 
 def test_it_answers_anonymous_requests_with_401_json(client, train):

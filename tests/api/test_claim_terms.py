@@ -19,6 +19,8 @@ def _post(client, body):
 
 
 def _put(client, pk: int, body):
+    """A replacement sent at the claim's version as stored now (as a client that just read it)."""
+    body = {**body, "updated_at": Claim.objects.get(pk=pk).updated_at.isoformat()}
     return client.put(f"/api/claims/{pk}/", json.dumps(body), content_type="application/json")
 
 

@@ -5,6 +5,7 @@ audited like every other change."""
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 
 import pytest
 
@@ -25,6 +26,21 @@ def _post(client, node: str, body, raw: bool = False):
 
 def _put(client, pk: int, body):
     return client.put(f"/api/claims/{pk}/", json.dumps(body), content_type="application/json")
+
+
+def _delete(client, pk: int, version: str | None):
+    query = "" if version is None else "?" + urlencode({"updated_at": version})
+    return client.delete(f"/api/claims/{pk}/{query}")
+
+
+def _version(client, pk: int) -> str:
+    return client.get(f"/api/claims/{pk}/").json()["updated_at"]
+
+
+def _unchanged(train: Claim) -> tuple:
+    """What a refused write must leave as it was: the row and the audit log."""
+    row = Claim.objects.filter(pk=train.pk).values("name", "count", "device_ids", "updated_at").first()
+    return row, AuditEntry.objects.count()
 
 
 def test_it_creates_a_claim_and_answers_201(operator_client, operator):
@@ -224,7 +240,8 @@ def test_it_reads_one_claim(viewer_client, operator):
 def test_it_replaces_a_claim_with_put_and_audits_before_and_after(operator_client, operator):
     node = make_node("alpha", 4)
     train = claim(node, "train", operator, count=1)
-    response = _put(operator_client, train.pk, {"name": "train", "device_ids": ["0", "1"]})
+    version = train.updated_at.isoformat()
+    response = _put(operator_client, train.pk, {"name": "train", "device_ids": ["0", "1"], "updated_at": version})
     assert response.status_code == 200
     assert (response.json()["mode"], response.json()["device_ids"]) == ("devices", ["0", "1"])
     entry = AuditEntry.objects.get(action="claim.update")
@@ -237,8 +254,9 @@ def test_it_checks_a_put_against_the_other_claims_only(operator_client, operator
     node = make_node("alpha", 4)
     train = claim(node, "train", operator, count=3)
     claim(node, "eval", operator, count=1)
-    assert _put(operator_client, train.pk, {"name": "train", "count": 3}).status_code == 200
-    response = _put(operator_client, train.pk, {"name": "train", "count": 4})
+    body = {"name": "train", "count": 3, "updated_at": _version(operator_client, train.pk)}
+    assert _put(operator_client, train.pk, body).status_code == 200
+    response = _put(operator_client, train.pk, {"name": "train", "count": 4, "updated_at": _version(operator_client, train.pk)})
     assert response.status_code == 409
     assert response.json()["error"] == {"code": "insufficient", "message": "Needs 4 GPUs but only 3 of 4 are free."}
 
@@ -259,13 +277,16 @@ def test_it_refuses_a_stale_put_with_409(operator_client, operator, admin_user):
 def test_it_deletes_a_claim_with_204_and_audits(operator_client, operator):
     node = make_node("alpha", 4)
     train = claim(node, "train", operator, count=2)
-    response = operator_client.delete(f"/api/claims/{train.pk}/")
+    version = train.updated_at.isoformat()
+    response = _delete(operator_client, train.pk, version)
     assert response.status_code == 204
     assert not Claim.objects.exists()
     assert Node.objects.get(pk=node.pk).gpus_reserved == 0
     entry = AuditEntry.objects.get(action="claim.delete")
     assert (entry.before, entry.after) == ({"name": "train", "count": 2, "device_ids": [], "owner": "otto", "contact": "", "expires_at": None}, None)
-    assert operator_client.delete(f"/api/claims/{train.pk}/").status_code == 404
+    again = _delete(operator_client, train.pk, version)
+    assert again.status_code == 404
+    assert again.json()["error"] == {"code": "not_found", "message": f"there is no claim {train.pk}: it was deleted, or never existed"}
 
 
 def test_it_refuses_a_stale_delete_with_409(operator_client, operator, admin_user):
@@ -279,13 +300,73 @@ def test_it_refuses_a_stale_delete_with_409(operator_client, operator, admin_use
     assert Claim.objects.filter(pk=train.pk).exists()
 
 
-def test_it_reads_an_unreadable_version_as_stale(operator_client, operator):
+REQUIRED = (
+    "The claim's version (updated_at) is required, so that a change made meanwhile is not overwritten; "
+    "review the claim as it is now and {action} again."
+)
+UNREADABLE = (
+    "The claim's version (updated_at) is not readable (it must be the claim's updated_at as ISO 8601), "
+    "so that a change made meanwhile is not overwritten; review the claim as it is now and {action} again."
+)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({}, REQUIRED),
+        ({"updated_at": None}, UNREADABLE),
+        ({"updated_at": ""}, REQUIRED),
+        ({"updated_at": "yesterday"}, UNREADABLE),
+        ({"updated_at": 1700000000}, UNREADABLE),
+        ({"updated_at": "2025-01-01T10:00:00"}, UNREADABLE),  # no time zone: not one we wrote
+    ],
+)
+def test_it_refuses_a_put_without_a_readable_version_with_428(operator_client, operator, extra, message):
     train = claim(make_node("alpha", 4), "train", operator, count=1)
-    response = _put(operator_client, train.pk, {"name": "train", "count": 2, "updated_at": "yesterday"})
-    assert response.status_code == 409
-    assert response.json()["error"]["code"] == "stale"
-    assert operator_client.delete(f"/api/claims/{train.pk}/?updated_at=soon").status_code == 409
-    assert Claim.objects.get(pk=train.pk).count == 1
+    before = _unchanged(train)
+    response = _put(operator_client, train.pk, {"name": "train", "count": 2, **extra})
+    assert response.status_code == 428
+    assert response.json() == {
+        "error": {"code": "version_required", "message": message.format(action="save"), "field": "updated_at"}
+    }
+    assert _unchanged(train) == before
+
+
+@pytest.mark.parametrize(
+    "version, message", [(None, REQUIRED), ("", REQUIRED), ("soon", UNREADABLE), ("2025-01-01T10:00:00", UNREADABLE)]
+)
+def test_it_refuses_a_delete_without_a_readable_version_with_428(operator_client, operator, version, message):
+    train = claim(make_node("alpha", 4), "train", operator, count=1)
+    before = _unchanged(train)
+    response = _delete(operator_client, train.pk, version)
+    assert response.status_code == 428
+    assert response.json() == {
+        "error": {"code": "version_required", "message": message.format(action="delete"), "field": "updated_at"}
+    }
+    assert _unchanged(train) == before
+
+
+def test_it_answers_a_write_to_a_deleted_claim_with_404(operator_client, operator):
+    train = claim(make_node("alpha", 4), "train", operator, count=1)
+    version = train.updated_at.isoformat()
+    Claim.objects.filter(pk=train.pk).delete()  # by someone else, before the request came
+    expected = {"code": "not_found", "message": f"there is no claim {train.pk}: it was deleted, or never existed"}
+    response = _put(operator_client, train.pk, {"name": "train", "count": 2, "updated_at": version})
+    assert (response.status_code, response.json()["error"]) == (404, expected)
+    response = _delete(operator_client, train.pk, version)
+    assert (response.status_code, response.json()["error"]) == (404, expected)
+    assert not Claim.objects.exists()
+    assert not AuditEntry.objects.filter(action__in=["claim.update", "claim.delete"]).exists()
+
+
+def test_the_schema_documents_the_version_as_required(viewer_client):
+    schema = viewer_client.get("/api/openapi.json").json()
+    update = schema["components"]["schemas"]["ClaimUpdate"]
+    assert "updated_at" in update["required"]
+    assert update["properties"]["updated_at"]["type"] == "string"
+    params = schema["paths"]["/api/claims/{pk}/"]["delete"]["parameters"]
+    version = next(p for p in params if p["name"] == "updated_at")
+    assert (version["in"], version["required"]) == ("query", True)
 
 
 def test_it_answers_a_claim_deleted_meanwhile_with_404_gone(operator_client, operator, monkeypatch):
@@ -297,7 +378,7 @@ def test_it_answers_a_claim_deleted_meanwhile_with_404_gone(operator_client, ope
         return real_save(node, proposed, user, editing=editing, **kwargs)
 
     monkeypatch.setattr(services, "save_claim", deleted_meanwhile)
-    response = _put(operator_client, train.pk, {"name": "train", "count": 2})
+    response = _put(operator_client, train.pk, {"name": "train", "count": 2, "updated_at": train.updated_at.isoformat()})
     assert response.status_code == 404
     assert response.json()["error"] == {"code": "gone", "message": "This claim was deleted by someone else meanwhile."}
 

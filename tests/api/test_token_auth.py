@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from urllib.parse import quote
 
 import pytest
 from django.test import Client
@@ -53,9 +54,10 @@ def test_it_writes_with_a_read_write_token_when_the_role_may(operator, alpha):
 def test_it_needs_no_csrf_token_with_a_bearer_token(operator, alpha):
     client = bearer(operator)
     train = Claim.objects.get(pk=_post(client, "train").json()["id"])
-    edit = json.dumps({"name": "train", "count": 2})
+    edit = json.dumps({"name": "train", "count": 2, "updated_at": train.updated_at.isoformat()})
     assert client.put(f"/api/claims/{train.pk}/", edit, content_type="application/json").status_code == 200
-    assert client.delete(f"/api/claims/{train.pk}/").status_code == 204
+    train.refresh_from_db()
+    assert client.delete(f"/api/claims/{train.pk}/", QUERY_STRING=f"updated_at={quote(train.updated_at.isoformat())}").status_code == 204
     assert "csrftoken" not in client.cookies
 
 

@@ -48,10 +48,16 @@ def test_it_validates_an_edit_against_the_other_claims_only(operator_client, ope
     train = claim(node, "train", operator, device_ids=[uuid(node, 0), uuid(node, 1)])
     claim(node, "eval", operator, device_ids=[uuid(node, 3)])
     url = f"/claims/{train.pk}/validate/"
-    keep_own = {"name": "train", "mode": "devices", "devices": [uuid(node, 0), uuid(node, 1), uuid(node, 2)]}
+    version = train.updated_at.isoformat()
+    keep_own = {
+        "name": "train",
+        "mode": "devices",
+        "devices": [uuid(node, 0), uuid(node, 1), uuid(node, 2)],
+        "updated_at": version,
+    }
     response = operator_client.post(url, keep_own, **HTMX)
     assert all_errors(response.content.decode()) == {}, "a claim must not collide with itself"
-    take_other = {"name": "train", "mode": "devices", "devices": [uuid(node, 0), uuid(node, 3)]}
+    take_other = {"name": "train", "mode": "devices", "devices": [uuid(node, 0), uuid(node, 3)], "updated_at": version}
     response = operator_client.post(url, take_other, **HTMX)
     assert all_errors(response.content.decode()) == {
         "devices": [f"GPU 3 ('{uuid(node, 3)}') is already reserved by eval."]

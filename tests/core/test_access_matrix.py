@@ -32,6 +32,8 @@ REQUIRED = {
     "claims:list": (VIEW, "get"),
     "claims:find": (VIEW, "get"),
     "claims:panel": (VIEW, "get"),
+    "claims:use": (VIEW, "get"),
+    "claims:use_export": (VIEW, "get"),
     "claims:add": (EDIT_CLAIMS, "get"),
     "claims:validate_new": (EDIT_CLAIMS, "post"),
     "claims:edit": (EDIT_CLAIMS, "get"),
