@@ -140,3 +140,90 @@ def own_redis(tmp_path, monkeypatch):
         _use_broker(app, *before)
         if server.proc.poll() is None:
             server.kill()
+
+
+class OwnPostgres:
+    """A PostgreSQL cluster of the test's own (initdb in a fresh folder, a free port,
+    trust auth on loopback), migrated, that the test may stop and start again; never
+    the shared server. As root the server runs as the `postgres` user, as PostgreSQL
+    requires."""
+
+    def __init__(self):
+        import glob
+        import shutil
+        import socket
+        import tempfile
+
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl")) or [shutil.which("pg_ctl")]
+        if found[-1] is None:
+            missing_service("PostgreSQL's server programs are not installed (apt-get install postgresql)")
+        self.bin = Path(found[-1]).parent
+        # Not under pytest's tmp_path: the postgres user must be able to reach it.
+        self.folder = Path(tempfile.mkdtemp(prefix="gpufleet-pg-"))
+        self.data = self.folder / "data"
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/gpufleet"
+        if os.geteuid() == 0:
+            shutil.chown(self.folder, "postgres", "postgres")
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
+
+    def _run(self, program: str, *args: str) -> None:
+        import subprocess
+
+        argv = [str(self.bin / program), *args]
+        if os.geteuid() == 0:
+            argv = ["runuser", "-u", "postgres", "--", *argv]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise AssertionError(f"{program} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1"
+        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.folder / "log"), "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """`immediate` is a crash as far as the clients can tell: connections cut mid-transaction."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def running(self) -> bool:
+        return (self.data / "postmaster.pid").exists()
+
+    def query(self, sql: str, params=()) -> list[tuple]:
+        import psycopg
+
+        with psycopg.connect(self.url, connect_timeout=5) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def create_and_migrate(self) -> None:
+        import subprocess
+        import sys
+
+        import psycopg
+
+        with psycopg.connect(self.url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+            conn.execute("CREATE DATABASE gpufleet")
+        env = {**os.environ, "DATABASE_URL": self.url}
+        env.pop("DJANGO_SETTINGS_MODULE", None)
+        repo = Path(__file__).resolve().parents[2]
+        done = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=repo, env=env,
+                              capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise AssertionError(f"migrate failed:\n{done.stdout}{done.stderr}")
+
+
+@pytest.fixture
+def own_postgres():
+    """A migrated PostgreSQL of the test's own, started; removed afterwards."""
+    import shutil
+
+    server = OwnPostgres()
+    try:
+        server.start()
+        server.create_and_migrate()
+        yield server
+    finally:
+        if server.running():
+            server.stop("immediate")
+        shutil.rmtree(server.folder, ignore_errors=True)
