@@ -72,3 +72,22 @@ def local_secret_key(path: Path) -> str:
     with os.fdopen(fd, "w") as f:
         f.write(key)
     return key
+
+
+def read_private_text(path: Path) -> str:
+    """The text kept in `path` (see write_private_text), or "" when there is none."""
+    try:
+        return path.read_text().strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+
+
+def write_private_text(path: Path, text: str) -> None:
+    """Keep `text` in `path`, readable by this user only, replacing what was there at once
+    (a reader sees the old text or the new one, never half of either)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(partial, path)

@@ -4,6 +4,7 @@ in production (no default SECRET_KEY unless DEBUG)."""
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
 import socket
@@ -13,7 +14,7 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONE, SELF
 
-from gpufleet.env import SettingError, env_bool, env_float, env_int, env_list
+from gpufleet.env import SettingError, env_bool, env_float, env_int, env_list, read_private_text
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -258,6 +259,20 @@ GPUFLEET_HISTORY_HOURLY_DAYS = env_float("GPUFLEET_HISTORY_HOURLY_DAYS", 90.0, m
 GPUFLEET_AGENT_FIXES = env_list("GPUFLEET_AGENT_FIXES", [])
 # How long "diagnose now" waits for the node before saying it did not answer.
 GPUFLEET_JOB_TIMEOUT = env_float("GPUFLEET_JOB_TIMEOUT", 60.0, minimum=1.0)
+
+# Node identity (wire.sign / wire.verify). The centre derives each node's key from
+# GPUFLEET_SIGNING_KEY (by default from SECRET_KEY); changing it re-keys every node.
+GPUFLEET_SIGNING_KEY = hashlib.sha256(
+    b"gpufleet signing key\n" + (os.environ.get("GPUFLEET_SIGNING_KEY") or SECRET_KEY).encode()
+).digest()
+# This agent's key, as `manage.py enroll NODE` prints it; `up` leaves its local agents'
+# keys in the data dir instead, readable by their user only.
+GPUFLEET_AGENT_KEY = os.environ.get("GPUFLEET_AGENT_KEY", "").strip() or read_private_text(
+    DATA_DIR / f"agent-{GPUFLEET_NODE_NAME}.key"
+)
+# Only while upgrading a fleet from agents that did not sign yet: their unsigned
+# snapshots are stored (each logged). Off, an unsigned message is refused like a forged one.
+GPUFLEET_ACCEPT_UNSIGNED = env_bool("GPUFLEET_ACCEPT_UNSIGNED", False)
 
 # --- /metrics ------------------------------------------------------------------
 

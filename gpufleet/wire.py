@@ -10,8 +10,13 @@ values are rejected with a reason, never half-stored.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
 import re
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -282,3 +287,92 @@ def fit_snapshot(data: dict) -> dict:
         )
     data["findings"] = findings
     return data
+
+
+# Signatures. Every message between an agent and the centre carries `auth`: who signed
+# it (the node), with which generation of its key, when, and an HMAC-SHA256 over the
+# canonical JSON of all that plus the direction, the task name and the arguments. One
+# key per node, shared by the node's agent and the centre: the agent signs what it sends
+# (snapshots, job progress) and checks what the centre sends it (diagnose now, apply
+# fix); the direction inside the signed text keeps one from passing for the other.
+# Plain hmac over JSON rather than Celery's message signing, which signs with one
+# certificate per process and could not say which node a message speaks for.
+SIGNATURE_VERSION = 1
+TO_CENTRE, TO_AGENT = "to-centre", "to-agent"
+
+
+class SignatureError(ValueError):
+    """A message whose signature is missing, malformed, unknown or wrong; says which."""
+
+
+@dataclass(frozen=True)
+class NodeKey:
+    """A node's key: its generation (one more at each rotation) and the secret."""
+
+    generation: int
+    secret: bytes
+
+    def __str__(self) -> str:
+        # The value of the agent's GPUFLEET_AGENT_KEY.
+        return f"{self.generation}.{base64.urlsafe_b64encode(self.secret).decode().rstrip('=')}"
+
+    @classmethod
+    def parse(cls, text: str) -> NodeKey:
+        generation, _, secret = text.strip().partition(".")
+        try:
+            key = cls(int(generation), base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4)))
+        except ValueError:
+            key = None
+        if key is None or key.generation < 1 or len(key.secret) != 32:
+            raise ValueError("not a node key (GENERATION.SECRET, as `manage.py enroll` prints it)")
+        return key
+
+
+def derive_node_key(master: bytes, node: str, generation: int) -> NodeKey:
+    """The key of `node` at `generation`, from the centre's signing key. Derived, not
+    stored: the database holds no secret, and rotating the signing key re-keys every node."""
+    text = f"gpufleet node key\n{node}\n{generation}".encode()
+    return NodeKey(generation, hmac.new(master, text, hashlib.sha256).digest())
+
+
+def _signed_text(direction: str, task: str, node: str, generation: int, at: str, args: list) -> bytes:
+    # ensure_ascii: the same bytes for any string, lone surrogates included.
+    body = [SIGNATURE_VERSION, direction, task, node, generation, at, args]
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def sign(key: NodeKey, node: str, direction: str, task: str, args: list, at: datetime | None = None) -> dict:
+    """The `auth` that goes with a message of `task` with `args`, signed as `node`."""
+    at_text = (at or datetime.now(UTC)).isoformat()
+    text = _signed_text(direction, task, node, key.generation, at_text, list(args))
+    digest = hmac.new(key.secret, text, hashlib.sha256).hexdigest()
+    return {"v": SIGNATURE_VERSION, "node": node, "key": key.generation, "at": at_text, "sig": digest}
+
+
+def verify(auth: Any, direction: str, task: str, args: list, key_for, max_age: float | None = None,
+           now: datetime | None = None) -> str:
+    """The node that signed this message, or SignatureError. `key_for(node, generation)`
+    gives the node's key when that generation is its current, unrevoked one, else None.
+    With `max_age` (seconds), an older signature is refused too (a replayed task)."""
+    if auth is None:
+        raise SignatureError("the message is not signed")
+    if not isinstance(auth, dict) or set(auth) != {"v", "node", "key", "at", "sig"} or auth["v"] != SIGNATURE_VERSION:
+        raise SignatureError("the signature is malformed")
+    node, generation, at, digest = auth["node"], auth["key"], auth["at"], auth["sig"]
+    if not (isinstance(node, str) and isinstance(generation, int) and isinstance(at, str) and isinstance(digest, str)):
+        raise SignatureError("the signature is malformed")
+    key = key_for(node, generation)
+    if key is None:
+        raise SignatureError(f"node {node[:LINE_MAX]!r} has no valid key of generation {generation}: "
+                             "not enrolled, rotated since, or revoked")
+    expected = hmac.new(key.secret, _signed_text(direction, task, node, generation, at, list(args)), hashlib.sha256)
+    if not hmac.compare_digest(expected.hexdigest(), digest):
+        raise SignatureError(f"the signature does not match: not signed with node {node[:LINE_MAX]!r}'s key")
+    if max_age is not None:
+        try:
+            signed_at = datetime.fromisoformat(at)
+        except ValueError:
+            raise SignatureError("the signature's time is unreadable") from None
+        if signed_at.tzinfo is None or (now or datetime.now(UTC)) - signed_at > timedelta(seconds=max_age):
+            raise SignatureError(f"the signature is older than {max_age:g} s")
+    return node

@@ -62,3 +62,19 @@ def hx(**headers) -> dict:
 
 def hours_ago(hours: float) -> datetime:
     return datetime.now(UTC) - timedelta(hours=hours)
+
+
+def agent_auth(node: str, task: str, args: list) -> dict:
+    """The `auth` node's agent sends with `task`: the node enrolled, the message signed
+    with its key (as gpufleet.agent.tasks.send_to_centre does)."""
+    from gpufleet import wire
+    from gpufleet.fleet import credentials
+
+    return wire.sign(credentials.enroll(node), node, wire.TO_CENTRE, task, args)
+
+
+def signed_ingest(snap: dict, job_id: int | None = None) -> dict:
+    """The ingest task's kwargs for `snap` as its node's agent sends it."""
+    from gpufleet import wire
+
+    return {"snapshot": snap, "job_id": job_id, "auth": agent_auth(snap["node"], wire.INGEST_TASK, [snap, job_id])}

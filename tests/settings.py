@@ -5,6 +5,9 @@ import os
 import tempfile
 
 os.environ.setdefault("GPUFLEET_DATA_DIR", tempfile.mkdtemp(prefix="gpufleet-test-"))
+# One signing key for the tests and the worker processes they start (which inherit the
+# environment but may get data dirs, so secret keys, of their own).
+os.environ.setdefault("GPUFLEET_SIGNING_KEY", "gpufleet-tests-" + os.environ["GPUFLEET_DATA_DIR"])
 
 from gpufleet.settings import *  # noqa: F403
 

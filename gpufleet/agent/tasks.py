@@ -1,4 +1,10 @@
-"""Tasks that run on a node's agent, consumed from its own queue node.<name>."""
+"""Tasks that run on a node's agent, consumed from its own queue node.<name>.
+
+What the agent sends is signed with its key (GPUFLEET_AGENT_KEY); what it is asked
+to do for a job (diagnose now, apply a fix) runs only when the centre signed it for
+this node, recently, and a fix only once per job and only for a code this node's
+GPUFLEET_AGENT_FIXES allows. The agent's own schedule (collect without a job) needs
+no signature: it asks for nothing but the report the agent sends anyway."""
 
 from __future__ import annotations
 
@@ -8,35 +14,82 @@ from celery import shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 
+from gpufleet import wire
 from gpufleet.agent.fixes import apply_fix as run_fix
 from gpufleet.agent.host import snapshot_this_host
-from gpufleet.wire import APPLY_FIX_TASK, COLLECT_TASK, INGEST_QUEUE, INGEST_TASK, JOB_PROGRESS_TASK, agent_queue
 
 log = logging.getLogger(__name__)
 
+# Fix jobs this agent process ran: a replayed signed request is not run twice.
+_fixes_run: set[int] = set()
 
-@shared_task(bind=True, name=COLLECT_TASK, ignore_result=True)
-def collect(self, job_id: int | None = None) -> None:
+
+def agent_key() -> wire.NodeKey | None:
+    """This agent's key, or None (logged: at every message, as it needs fixing) when it
+    has none or an unreadable one."""
+    if not settings.GPUFLEET_AGENT_KEY:
+        log.error("GPUFLEET_AGENT_KEY is not set: the central site refuses what this agent sends. "
+                  "Run `manage.py enroll %s` there and set the line it prints.", settings.GPUFLEET_NODE_NAME)
+        return None
+    try:
+        return wire.NodeKey.parse(settings.GPUFLEET_AGENT_KEY)
+    except ValueError as exc:
+        log.error("GPUFLEET_AGENT_KEY is %s", exc)
+        return None
+
+
+def send_to_centre(app, task: str, args: list) -> None:
+    """Send `task` to the central ingest queue, signed as this node."""
+    key = agent_key()
+    auth = wire.sign(key, settings.GPUFLEET_NODE_NAME, wire.TO_CENTRE, task, args) if key else None
+    app.send_task(task, args=args, kwargs={"auth": auth}, queue=wire.INGEST_QUEUE)
+
+
+def from_centre(task: str, args: list, auth) -> bool:
+    """Whether the centre signed this task for this node within the job timeout (logged if not)."""
+    key = agent_key()
+    node = settings.GPUFLEET_NODE_NAME
+
+    def key_for(name: str, generation: int) -> wire.NodeKey | None:
+        return key if key is not None and name == node and generation == key.generation else None
+
+    try:
+        wire.verify(auth, wire.TO_AGENT, task, args, key_for, max_age=settings.GPUFLEET_JOB_TIMEOUT)
+    except wire.SignatureError as exc:
+        log.warning("refused %s %s: %s", task, repr(args)[:200], exc)
+        return False
+    return True
+
+
+@shared_task(bind=True, name=wire.COLLECT_TASK, ignore_result=True)
+def collect(self, job_id: int | None = None, auth: dict | None = None) -> None:
     """Diagnose this host and send the snapshot to the central ingest queue."""
     if job_id is not None:
-        self.app.send_task(JOB_PROGRESS_TASK, args=[job_id, "running"], queue=INGEST_QUEUE)
-    snapshot = snapshot_this_host()
-    self.app.send_task(INGEST_TASK, args=[snapshot, job_id], queue=INGEST_QUEUE)
+        if not from_centre(wire.COLLECT_TASK, [job_id], auth):
+            return
+        send_to_centre(self.app, wire.JOB_PROGRESS_TASK, [job_id, "running", "", ""])
+    send_to_centre(self.app, wire.INGEST_TASK, [snapshot_this_host(), job_id])
 
 
-@shared_task(bind=True, name=APPLY_FIX_TASK, ignore_result=True)
-def apply_fix(self, job_id: int, code: str) -> None:
+@shared_task(bind=True, name=wire.APPLY_FIX_TASK, ignore_result=True)
+def apply_fix(self, job_id: int, code: str, auth: dict | None = None) -> None:
     """Run the fixed command for `code`, report its output, then diagnose again."""
-    self.app.send_task(JOB_PROGRESS_TASK, args=[job_id, "running"], queue=INGEST_QUEUE)
+    if not from_centre(wire.APPLY_FIX_TASK, [job_id, code], auth):
+        return
+    if job_id in _fixes_run:
+        log.warning("refused fix %s for job %s: this job's fix already ran here", code, job_id)
+        return
+    _fixes_run.add(job_id)
+    send_to_centre(self.app, wire.JOB_PROGRESS_TASK, [job_id, "running", "", ""])
     result = run_fix(code)
     log.info("fix %s for job %s: %s", code, job_id, "ok" if result.ok else result.error)
     status = "done" if result.ok else "failed"
-    self.app.send_task(JOB_PROGRESS_TASK, args=[job_id, status, result.output, result.error], queue=INGEST_QUEUE)
-    self.app.send_task(INGEST_TASK, args=[snapshot_this_host(), None], queue=INGEST_QUEUE)
+    send_to_centre(self.app, wire.JOB_PROGRESS_TASK, [job_id, status, result.output, result.error])
+    send_to_centre(self.app, wire.INGEST_TASK, [snapshot_this_host(), None])
 
 
 @worker_ready.connect
 def collect_at_start(sender, **kwargs) -> None:
     """An agent reports as soon as it starts, not one interval later."""
     if settings.GPUFLEET_ROLE == "agent":
-        collect.apply_async(queue=agent_queue(settings.GPUFLEET_NODE_NAME))
+        collect.apply_async(queue=wire.agent_queue(settings.GPUFLEET_NODE_NAME))

@@ -7,6 +7,7 @@ from gpufleet.fleet.models import (
     DeviceSample5m,
     Finding,
     Node,
+    NodeCredential,
     XidAcknowledgement,
 )
 
@@ -81,3 +82,18 @@ class XidAcknowledgementAdmin(admin.ModelAdmin):
     list_display = ["node", "device_uuid", "by", "at"]
     search_fields = ["node__name", "device_uuid"]
     list_select_related = ["node", "by"]
+
+
+@admin.register(NodeCredential)
+class NodeCredentialAdmin(admin.ModelAdmin):
+    """Read-only: keys are issued, rotated and revoked by `manage.py enroll`, audited."""
+
+    list_display = ["name", "generation", "issued_at", "revoked_at"]
+    search_fields = ["name"]
+    readonly_fields = ["name", "generation", "issued_at", "revoked_at"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

@@ -392,3 +392,21 @@ class XidAcknowledgement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name} {self.device_uuid} Xids acknowledged {self.at:%Y-%m-%d %H:%M}"
+
+
+class NodeCredential(models.Model):
+    """A node's enrolment: which generation of its key is valid (wire.derive_node_key
+    makes the key itself, so no secret is stored), and whether it was revoked. Keyed by
+    name, not by Node: a node is enrolled before its first snapshot makes its row."""
+
+    name = models.CharField(max_length=200, unique=True)
+    generation = models.PositiveIntegerField(default=1)
+    issued_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        state = f"revoked {self.revoked_at:%Y-%m-%d %H:%M}" if self.revoked_at else f"key {self.generation}"
+        return f"{self.name} ({state})"

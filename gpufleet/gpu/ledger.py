@@ -54,11 +54,22 @@ class RuntimeMissing(FitError):
         )
 
 
+# How much of a device id a message repeats: ids come from people and scripts, and a
+# message is shown and logged, so a megabyte of id must not become a megabyte of page.
+SHOWN_ID_MAX = 80
+
+
+def _shown(device_id: str) -> str:
+    if len(device_id) <= SHOWN_ID_MAX:
+        return repr(device_id)
+    return repr(device_id[:SHOWN_ID_MAX]) + f"… ({len(device_id)} characters)"
+
+
 class UnknownDevice(FitError):
     code = "unknown_device"
 
     def __init__(self, device_id: str) -> None:
-        super().__init__(f"GPU {device_id!r} is not present on the node")
+        super().__init__(f"GPU {_shown(device_id)} is not present on the node")
         self.device_id = device_id
 
 
@@ -67,7 +78,7 @@ class DuplicateDevice(FitError):
 
     def __init__(self, device_id: str, index: int) -> None:
         super().__init__(
-            f"GPU {device_id!r} names GPU {index}, which the claim already names"
+            f"GPU {_shown(device_id)} names GPU {index}, which the claim already names"
         )
         self.device_id = device_id
         self.index = index

@@ -161,7 +161,15 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
 _REASON_MAX = 1000
 
 
-def _show_rejections(rejections: list[tuple[str, str]], now) -> None:
+UPGRADE_FIX = "Upgrade the agent to the site's version; if it is current, report the reason as a bug."
+
+
+def show_rejection(name: str, reason: str, fix: str, now=None) -> None:
+    """Say on node `name`'s page (when it is known) why the site refused its snapshot."""
+    _show_rejections([(name, reason[:_REASON_MAX])], now or timezone.now(), fix)
+
+
+def _show_rejections(rejections: list[tuple[str, str]], now, fix: str = UPGRADE_FIX) -> None:
     """A known node whose snapshot was rejected fails with the reason on its page,
     instead of silently going offline; its next good snapshot replaces the finding."""
     reasons = dict(rejections)
@@ -178,7 +186,7 @@ def _show_rejections(rejections: list[tuple[str, str]], now) -> None:
                     name="Rejected snapshot",
                     status=gpu.Status.FAIL,
                     message=f"The site rejected this node's snapshot at {now:%Y-%m-%d %H:%M:%S} UTC: {reasons[node.name]}",
-                    fix="Upgrade the agent to the site's version; if it is current, report the reason as a bug.",
+                    fix=fix,
                 )
                 for node in nodes
             ],
@@ -384,8 +392,9 @@ def _update_node(node: Node, snapshot: Snapshot, devices: list[Device], now) -> 
     node.utilization_mean = sum(utilizations) / len(utilizations) if utilizations else None
 
 
-def finish_diagnosis(job_id: int, result: IngestResult) -> bool:
-    """Close the "diagnose now" job that this snapshot answers."""
+def finish_diagnosis(job_id: int, result: IngestResult, node: str | None = None) -> bool:
+    """Close the "diagnose now" job that this snapshot answers, if it is a job of
+    `node` (the snapshot's signer; None only for unsigned ones, see credentials.sender)."""
     if result.outcome == ACCEPTED:
-        return report_progress(job_id, JobStatus.DONE, "new snapshot stored")
-    return report_progress(job_id, JobStatus.FAILED, error=f"snapshot {result.outcome}: {result.reason}")
+        return report_progress(job_id, JobStatus.DONE, "new snapshot stored", node=node)
+    return report_progress(job_id, JobStatus.FAILED, error=f"snapshot {result.outcome}: {result.reason}", node=node)

@@ -22,7 +22,7 @@ from django.db import transaction
 
 from gpufleet import gpu
 from gpufleet.claims import services as claims
-from gpufleet.fleet.models import Node
+from gpufleet.fleet.models import Node, NodeCredential
 from gpufleet.wire import build_snapshot
 
 PREFIX = "sim-"
@@ -212,7 +212,9 @@ def remove() -> int:
     with it) and the simulator's user; returns how many nodes."""
     with transaction.atomic():
         deleted = Node.objects.filter(simulated=True).count()
+        names = list(Node.objects.filter(simulated=True).values_list("name", flat=True))
         Node.objects.filter(simulated=True).delete()
+        NodeCredential.objects.filter(name__in=names).delete()
         get_user_model().objects.filter(username=SIMULATOR_USERNAME).delete()
     return deleted
 

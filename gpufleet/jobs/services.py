@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from gpufleet.audit.models import record
+from gpufleet.fleet import credentials
 from gpufleet.jobs.models import OPEN_STATUSES, Job, JobKind, JobStatus
 from gpufleet.wire import APPLY_FIX_TASK, COLLECT_TASK
 
@@ -17,12 +18,15 @@ class FixNotAllowed(Exception):
     pass
 
 
-def _send_on_commit(task: str, args: list, queue: str) -> None:
+def _send_on_commit(task: str, args: list, node) -> None:
+    """Send `task` to the node's agent, signed for it: agents run only what the centre signed."""
     from gpufleet.celery import app
 
+    auth = credentials.sign_for_agent(node.name, task, args)
     # After commit, so the agent's reply can never arrive before the job row exists.
     transaction.on_commit(
-        lambda: app.send_task(task, args=args, queue=queue, expires=settings.GPUFLEET_JOB_TIMEOUT)
+        lambda: app.send_task(task, args=args, kwargs={"auth": auth}, queue=node.agent_queue,
+                              expires=settings.GPUFLEET_JOB_TIMEOUT)
     )
 
 
@@ -35,7 +39,7 @@ def request_diagnosis(node, user) -> Job:
             return job
         job = Job.objects.create(node=node, kind=JobKind.DIAGNOSE, requested_by=user)
         record(user, "node.diagnose", node=node, target=node.name, after={"job": job.pk})
-        _send_on_commit(COLLECT_TASK, [job.pk], node.agent_queue)
+        _send_on_commit(COLLECT_TASK, [job.pk], node)
     return job
 
 
@@ -46,13 +50,14 @@ def request_fix(node, code: str, user) -> Job:
     with transaction.atomic():
         job = Job.objects.create(node=node, kind=JobKind.FIX, fix_code=code, requested_by=user)
         record(user, "node.fix", node=node, target=code, after={"job": job.pk, "fix": code})
-        _send_on_commit(APPLY_FIX_TASK, [job.pk, code], node.agent_queue)
+        _send_on_commit(APPLY_FIX_TASK, [job.pk, code], node)
     return job
 
 
-def report_progress(job_id: int, status: str, output: str = "", error: str = "") -> bool:
+def report_progress(job_id: int, status: str, output: str = "", error: str = "", node: str | None = None) -> bool:
     """Move an open job on as the agent reports; a finished job is never reopened
-    (duplicate or late messages are harmless)."""
+    (duplicate or late messages are harmless). With `node` (who signed the report),
+    only a job of that node moves: a node reports on its own jobs only."""
     now = timezone.now()
     status = JobStatus(status)
     fields = {"status": status, "output": output[-20000:], "error": error[-4000:]}
@@ -60,7 +65,10 @@ def report_progress(job_id: int, status: str, output: str = "", error: str = "")
         fields = {"status": status, "started_at": now}
     elif status.finished:
         fields["finished_at"] = now
-    return bool(Job.objects.filter(pk=job_id, status__in=OPEN_STATUSES).update(**fields))
+    jobs = Job.objects.filter(pk=job_id, status__in=OPEN_STATUSES)
+    if node is not None:
+        jobs = jobs.filter(node__name=node)
+    return bool(jobs.update(**fields))
 
 
 def expire_jobs(now=None) -> int:

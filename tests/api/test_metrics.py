@@ -107,12 +107,12 @@ def test_it_still_answers_when_the_broker_is_unreachable(settings):
 
 def test_the_ingest_task_counts_each_snapshot_it_handles():
     from gpufleet.ingest import tasks
-    from tests.factories import snapshot
+    from tests.factories import signed_ingest, snapshot
 
     before = _samples(render().decode())
-    good = snapshot("alpha", 1)
-    assert tasks.ingest.run(good) == "accepted"
-    assert tasks.ingest.run(good) == "stale"
+    good = signed_ingest(snapshot("alpha", 1))
+    assert tasks.ingest.run(**good) == "accepted"
+    assert tasks.ingest.run(**good) == "stale"
     after = _samples(render().decode())
     for outcome in ("accepted", "stale"):
         key = ("gpufleet_ingest_snapshots_total", (("outcome", outcome),))

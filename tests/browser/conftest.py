@@ -186,20 +186,23 @@ class InProcessBroker:
     def send_task(self, name, args=None, kwargs=None, queue=None, **options):
         message = (name, list(args or []), queue)
         self.sent.append(message)
-        self.messages.put(message)
+        self.messages.put((message, dict(kwargs or {})))  # kwargs: the signature
 
     def take(self, name: str, timeout: float = 10) -> tuple[str, list, str | None]:
-        got = self.messages.get(timeout=timeout)
+        return self._take(name, timeout)[0]
+
+    def _take(self, name: str, timeout: float) -> tuple[tuple[str, list, str | None], dict]:
+        got, kwargs = self.messages.get(timeout=timeout)
         assert got[0] == name, f"expected a {name} message, got {got}"
-        return got
+        return got, kwargs
 
     def deliver(self, name: str, timeout: float = 10) -> tuple[str, list, str | None]:
         """Run the next message (which must be a `name` task) as a worker would."""
         import gpufleet.ingest.tasks  # noqa: F401  a worker autodiscovers it; this process must import it
         from gpufleet.celery import app
 
-        message = self.take(name, timeout)
-        app.tasks[name].apply(args=message[1], throw=True)
+        message, kwargs = self._take(name, timeout)
+        app.tasks[name].apply(args=message[1], kwargs=kwargs, throw=True)
         return message
 
     def empty(self) -> bool:

@@ -20,6 +20,7 @@ from gpufleet import gpu, wire
 from gpufleet.audit.models import AuditEntry
 from gpufleet.claims import services as claims
 from gpufleet.claims.models import Claim
+from gpufleet.fleet import credentials
 from gpufleet.fleet.models import Finding, Node
 from gpufleet.fleet.reports import CSV_COLUMNS, REPORT_SCHEMA_VERSION
 from gpufleet.ingest.services import ingest_snapshot
@@ -389,6 +390,7 @@ def test_it_diagnoses_now_and_the_new_findings_come_in(page, fleet, operator, br
     # covered by tests/integration.
     # The agent of HEALTHY: the fake host's nvidia-smi now reports nearly full GPUs.
     settings.GPUFLEET_NODE_NAME = HEALTHY
+    settings.GPUFLEET_AGENT_KEY = str(credentials.enroll(HEALTHY))  # as `manage.py enroll` gives it
     fake_host.smi_text(smi_rows(HEALTHY, 8, used_mib=140000, util="99"))
     full = "136.7 of 140.4 GiB in use (97%), at or above the 90% warning level"
     log_in(page, operator)

@@ -268,6 +268,14 @@ def test_it_names_the_unknown_device():
     assert "GPU-nope" in str(error)
 
 
+def test_it_clips_a_long_unknown_device_id_in_its_message():
+    long_id = "GPU-" + "x" * 100_000
+    error = Ledger(node(), []).fit(Claim("a", device_ids=(long_id,)))
+    assert error.device_id == long_id  # kept whole for code; only the sentence is short
+    assert len(str(error)) < 200
+    assert str(error) == f"GPU {'GPU-' + 'x' * 76!r}… (100004 characters) is not present on the node"
+
+
 def test_it_names_the_device_named_twice():
     error = Ledger(node(), []).fit(Claim("a", device_ids=("4", UUIDS[4].upper())))
     assert (error.device_id, error.index) == (UUIDS[4].upper(), 4)

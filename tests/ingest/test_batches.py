@@ -11,7 +11,7 @@ from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
 from gpufleet.ingest import services, tasks
 from gpufleet.ingest.services import ACCEPTED, REJECTED, STALE, ingest_snapshot, ingest_snapshots
 from gpufleet.jobs.models import Job, JobKind, JobStatus
-from tests.factories import later, snapshot
+from tests.factories import later, signed_ingest, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -95,8 +95,8 @@ def test_the_ingest_task_finishes_the_job_its_snapshot_answers(admin_user):
     job = Job.objects.create(node=node, kind=JobKind.DIAGNOSE, requested_by=admin_user)
     bad = snapshot("m", gpus=1)
     bad["extra"] = 1
-    assert tasks.ingest.run(snapshot("n", gpus=1), job.pk) == ACCEPTED
-    assert tasks.ingest.run(bad) == REJECTED
+    assert tasks.ingest.run(**signed_ingest(snapshot("n", gpus=1), job.pk)) == ACCEPTED
+    assert tasks.ingest.run(**signed_ingest(bad)) == REJECTED
     job.refresh_from_db()
     assert job.status == JobStatus.DONE
 

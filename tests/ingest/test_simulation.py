@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from gpufleet.claims.models import Claim
-from gpufleet.fleet.models import Node
+from gpufleet.fleet.models import Node, NodeCredential
 from gpufleet.ingest import simulation
 from gpufleet.ingest.services import ingest_snapshot
 from tests.factories import ingest
@@ -24,14 +24,15 @@ NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 @pytest.fixture
 def delivered(monkeypatch):
     """Stands in for the broker and one ingest worker: each snapshot sent is stored
-    at once by the real ingest."""
+    at once by the real ingest task, which checks the simulated agent's signature."""
     from gpufleet.celery import app
+    from gpufleet.ingest import tasks
 
     outcomes: list[str] = []
 
-    def deliver(name, args=None, queue=None, **options):
+    def deliver(name, args=None, kwargs=None, queue=None, **options):
         assert (name, queue) == ("gpufleet.fleet.tasks.ingest", "ingest")
-        outcomes.append(ingest_snapshot(args[0]).outcome)
+        outcomes.append(tasks.ingest.run(*args, **kwargs))
 
     monkeypatch.setattr(app, "send_task", deliver)
     return outcomes
@@ -85,9 +86,11 @@ def test_remove_deletes_the_simulated_nodes_only(delivered):
     ingest("real-01", 2)
     call_command("simulate", "--nodes", "5", "--once")
     assert Node.objects.count() == 6
+    assert NodeCredential.objects.filter(name__startswith="sim-").count() == 5
     call_command("simulate", "--remove")
     assert list(Node.objects.values_list("name", flat=True)) == ["real-01"]
     assert not Claim.objects.exists()
+    assert not NodeCredential.objects.filter(name__startswith="sim-").exists()  # their keys go with them
 
 
 def test_it_refuses_to_simulate_over_a_real_node_of_the_same_name(delivered):

@@ -196,6 +196,12 @@ class OwnPostgres:
         with psycopg.connect(self.url, connect_timeout=5) as conn:
             return conn.execute(sql, params).fetchall()
 
+    def execute(self, sql: str, params=()) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url, connect_timeout=5) as conn:
+            conn.execute(sql, params)
+
     def create_and_migrate(self) -> None:
         import subprocess
         import sys

@@ -14,7 +14,7 @@ from gpufleet.claims import services as claims
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
 from tests.fakes.recorded import DATA_DIR
-from tests.integration.workers import celery_worker, database_url_for_workers, wait_for
+from tests.integration.workers import agent_key_env, celery_worker, database_url_for_workers, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -37,7 +37,7 @@ def test_the_node_page_shows_a_gpu_used_without_a_claim_and_a_claim_left_idle(
     common = {**broker.env(), "DATABASE_URL": database_url_for_workers(), "GPUFLEET_COLLECT_INTERVAL": "1"}
     central = {**common, "GPUFLEET_ROLE": "central", "GPUFLEET_NODE_NAME": "central", "GPUFLEET_IDLE_HOURS": IDLE_HOURS}
     agent = {**common, **fake_host.env(), "GPUFLEET_ROLE": "agent", "GPUFLEET_NODE_NAME": node_name,
-             "GPUFLEET_PROC_ROOT": str(proc)}
+             "GPUFLEET_PROC_ROOT": str(proc), **agent_key_env(node_name)}
 
     with celery_worker("ingest", "ingest", central) as ingest, \
          celery_worker("agent", f"node.{node_name}", agent, beat_file=tmp_path / "beat-agent") as worker:

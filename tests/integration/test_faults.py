@@ -11,12 +11,9 @@ import pytest
 
 from gpufleet.fleet.models import DeviceSample, Node
 from tests.factories import snapshot
-from tests.integration.workers import celery_worker, database_url_for_workers, wait_for
+from tests.integration.workers import agent_key_env, celery_worker, database_url_for_workers, send_snapshot, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-INGEST = "gpufleet.fleet.tasks.ingest"
-
 
 def _central(own_redis, **extra) -> dict[str, str]:
     return {"CELERY_BROKER_URL": own_redis.url, "DATABASE_URL": database_url_for_workers(),
@@ -25,12 +22,10 @@ def _central(own_redis, **extra) -> dict[str, str]:
 
 def _send(names: list[str], gpus: int = 2) -> list[str]:
     """Send one snapshot per name; the names whose message the broker took."""
-    from gpufleet.celery import app
-
     sent = []
     for name in names:
         try:
-            app.send_task(INGEST, args=[snapshot(name, gpus=gpus), None], queue="ingest", retry=False)
+            send_snapshot(snapshot(name, gpus=gpus), retry=False)
         except Exception:  # the broker is down: this one was never accepted
             continue
         sent.append(name)
@@ -43,7 +38,7 @@ def _stored(names) -> set[str]:
 
 def test_redis_killed_and_started_again_under_load_loses_no_accepted_snapshot(own_redis, fake_host, tmp_path):
     agent_env = {**_central(own_redis), **fake_host.env(), "GPUFLEET_ROLE": "agent", "GPUFLEET_NODE_NAME": "faulty-1",
-                 "GPUFLEET_COLLECT_INTERVAL": "1"}
+                 "GPUFLEET_COLLECT_INTERVAL": "1", **agent_key_env("faulty-1")}
     with celery_worker("ingest", "ingest", _central(own_redis, GPUFLEET_BROKER_VISIBILITY_TIMEOUT="5")) as ingest, \
          celery_worker("agent", "node.faulty-1", agent_env, beat_file=tmp_path / "beat") as agent:
         workers = (ingest, agent)
@@ -76,7 +71,7 @@ def test_a_worker_killed_mid_task_has_its_messages_delivered_again_and_stored_on
     for attempt in range(5):
         with celery_worker(f"ingest-doomed-{attempt}", "ingest", env) as doomed:
             target = len(_stored(names)) + 20
-            wait_for(lambda: len(_stored(names)) >= target, 30, "more snapshots", (doomed,))
+            wait_for(lambda target=target: len(_stored(names)) >= target, 30, "more snapshots", (doomed,))
             doomed.proc.send_signal(signal.SIGKILL)  # no warm shutdown: what it held stays unacknowledged
             doomed.proc.wait()
         if own_redis.client().hlen("unacked") >= 1:
@@ -95,6 +90,9 @@ def test_postgresql_restarted_under_load_stores_every_snapshot_whole(own_redis, 
     every snapshot ends up stored exactly once, none of them in part."""
     env = _central(own_redis, DATABASE_URL=own_postgres.url, GPUFLEET_BROKER_VISIBILITY_TIMEOUT="30")
     names = [f"pg-restart-{i:03}" for i in range(300)]
+    # Enrolled in the cluster the worker uses (generation 1, as _send signs with).
+    own_postgres.execute("INSERT INTO fleet_nodecredential (name, generation, issued_at) "
+                         "SELECT unnest(%s::text[]), 1, now()", [names])
     assert _send(names, gpus=8) == names
 
     def stored() -> int:

@@ -9,7 +9,7 @@ import pytest
 from gpufleet.fleet.models import Node
 from gpufleet.jobs.models import Job, JobStatus
 from gpufleet.jobs.services import request_diagnosis
-from tests.integration.workers import celery_worker, database_url_for_workers, wait_for
+from tests.integration.workers import agent_key_env, celery_worker, database_url_for_workers, send_snapshot, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -20,7 +20,7 @@ def _env(broker, role: str, node: str, fake_host=None) -> dict[str, str]:
     env = {**broker.env(), "DATABASE_URL": database_url_for_workers(), "GPUFLEET_ROLE": role,
            "GPUFLEET_NODE_NAME": node, "GPUFLEET_COLLECT_INTERVAL": INTERVAL}
     if fake_host is not None:
-        env.update(fake_host.env())
+        env.update(fake_host.env(), **agent_key_env(node))
     return env
 
 
@@ -49,17 +49,25 @@ def test_agent_snapshots_reach_the_database_and_diagnose_now_comes_back(broker, 
 
 
 def test_a_malformed_snapshot_through_the_broker_is_rejected_and_the_worker_goes_on(broker, node_name, tmp_path):
+    from gpufleet import wire
     from gpufleet.celery import app
     from tests.factories import snapshot
 
     with celery_worker("ingest", "ingest", _env(broker, "central", "central")) as ingest:
         bad = snapshot(node_name, gpus=2)
         bad["devices"][0]["index"] = "zero"
-        app.send_task("gpufleet.fleet.tasks.ingest", args=[bad, None], queue="ingest")
-        app.send_task("gpufleet.fleet.tasks.ingest", args=["not a snapshot", None], queue="ingest")
-        app.send_task("gpufleet.fleet.tasks.ingest", args=[snapshot(node_name, gpus=2), None], queue="ingest")
+        send_snapshot(bad)
+        send_snapshot("not a snapshot", node=node_name)
+        # Unsigned, and signed by another node: refused before anything is read.
+        app.send_task(wire.INGEST_TASK, args=[snapshot(node_name, gpus=4), None], queue=wire.INGEST_QUEUE)
+        send_snapshot(snapshot(node_name, gpus=6), node=f"{node_name}-other")
+        send_snapshot(snapshot(node_name, gpus=2))
         node = wait_for(lambda: Node.objects.filter(name=node_name).first(), 20, "the good snapshot", (ingest,))
         assert node.gpu_count == 2
-        assert node.devices.count() == 2  # nothing of the bad one was written
+        assert node.devices.count() == 2  # nothing of the bad ones was written
         wait_for(lambda: sum("rejected snapshot" in line for line in ingest.lines) >= 2, 10,
                  "both rejections in the worker log", (ingest,))
+        refused = [line for line in ingest.lines if "refused a snapshot" in line]
+        assert any("the message is not signed" in line for line in refused), ingest.output
+        assert any(f"node '{node_name}-other' signed a snapshot of another node" in line for line in refused)
+        assert ingest.alive()

@@ -63,7 +63,7 @@ BURST = textwrap.dedent(f"""
     from gpufleet.fleet.models import Node
     from gpufleet.jobs.services import request_diagnosis
     from django.contrib.auth import get_user_model
-    from tests.factories import snapshot
+    from tests.factories import agent_auth, snapshot
     t0 = datetime.now(timezone.utc) - timedelta(minutes=1)
     node = Node.objects.get(name="this-host")
     admin = get_user_model().objects.get(username="admin")
@@ -71,7 +71,8 @@ BURST = textwrap.dedent(f"""
     for k in range({SNAPSHOTS_PER_NODE}):
         for n in range({BURST_NODES}):
             snap = snapshot(f"burst-{{n}}", gpus=1, at=t0 + timedelta(seconds=k))
-            app.send_task("gpufleet.fleet.tasks.ingest", args=[snap, None], queue="ingest")
+            auth = agent_auth(snap["node"], "gpufleet.fleet.tasks.ingest", [snap, None])
+            app.send_task("gpufleet.fleet.tasks.ingest", args=[snap, None], kwargs={{"auth": auth}}, queue="ingest")
         if k < {DIAGNOSES}:
             jobs.append(request_diagnosis(node, admin).pk)
     print("jobs", jobs)

@@ -86,3 +86,23 @@ def wait_for(predicate, timeout: float, what: str, workers=()):
         time.sleep(0.2)
     logs = "\n".join(f"--- {w.name}\n{w.output}" for w in workers)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{logs}")
+
+
+def agent_key_env(node: str) -> dict[str, str]:
+    """The setting an agent worker for `node` needs, the node enrolled (as
+    `manage.py enroll` prints it) in the database the workers share with the test."""
+    from gpufleet.fleet import credentials
+
+    return {"GPUFLEET_AGENT_KEY": str(credentials.enroll(node))}
+
+
+def send_snapshot(snap, node: str | None = None, **options) -> None:
+    """Put `snap` on the broker for the ingest worker, signed by its node's agent (or by
+    `node`, for one that names none)."""
+    from gpufleet import wire
+    from gpufleet.celery import app
+    from tests.factories import agent_auth
+
+    args = [snap, None]
+    auth = agent_auth(node or snap["node"], wire.INGEST_TASK, args)
+    app.send_task(wire.INGEST_TASK, args=args, kwargs={"auth": auth}, queue=wire.INGEST_QUEUE, **options)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import logging
 import os
 import queue
@@ -37,6 +38,7 @@ from honcho.printer import Message, Printer
 from honcho.process import Popen
 
 from gpufleet.core import processes
+from gpufleet.env import write_private_text
 
 # Seconds to wait before each restart of a child that keeps crashing. One more quick
 # crash after the last of them and `up` gives up: it stops everything and exits 1, so a
@@ -79,6 +81,8 @@ class Command(BaseCommand):
         data.mkdir(parents=True, exist_ok=True)
         call_command("migrate", interactive=False, verbosity=0)
         self._ensure_admin()
+        for name in [node, *agents]:
+            self._enroll(name, data)
 
         broker, redis = self._broker()
         procfile = data / "Procfile"
@@ -94,9 +98,19 @@ class Command(BaseCommand):
         # Every child gets the broker named, rather than each looking for the socket
         # while the private Redis may still be starting.
         env = {**os.environ, "CELERY_BROKER_URL": broker, "GPUFLEET_ROLE": "central", "PYTHONUNBUFFERED": "1"}
+        # Each agent reads its own key from the data dir (see _enroll), never one for another node.
+        env.pop("GPUFLEET_AGENT_KEY", None)
         code = Supervisor(procfile, env, cwd=settings.BASE_DIR, log_dir=data / "logs").run()
         if code:
             raise SystemExit(code)
+
+    def _enroll(self, name: str, data: Path) -> None:
+        """Enrol a local agent and leave its key where its settings look for it
+        ($GPUFLEET_DATA_DIR/agent-NAME.key, readable by this user only)."""
+        printed = io.StringIO()
+        call_command("enroll", name, stdout=printed)
+        [key] = [line.split("=", 1)[1] for line in printed.getvalue().splitlines() if line.startswith("GPUFLEET_AGENT_KEY=")]
+        write_private_text(data / f"agent-{name}.key", key)
 
     def _broker(self) -> tuple[str, list[str] | None]:
         """The broker URL for every child, and the private Redis's command line if `up` runs one:

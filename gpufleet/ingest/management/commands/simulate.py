@@ -11,6 +11,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from gpufleet import wire
+from gpufleet.fleet import credentials
 from gpufleet.fleet.models import Node
 from gpufleet.ingest import simulation
 
@@ -44,8 +45,14 @@ class Command(BaseCommand):
             raise CommandError(f"{len(taken)} real node(s) have simulated names, e.g. {taken[0]!r}: not simulating")
         from gpufleet.celery import app
 
+        # Simulated agents sign as real ones do, with keys of their own.
+        keys = credentials.enroll_many([n.name for n in fleet])
+
         def send(snapshot: dict) -> None:
-            app.send_task(wire.INGEST_TASK, args=[snapshot, None], queue=wire.INGEST_QUEUE)
+            args = [snapshot, None]
+            name = snapshot["node"]
+            auth = wire.sign(keys[name], name, wire.TO_CENTRE, wire.INGEST_TASK, args) if name in keys else None
+            app.send_task(wire.INGEST_TASK, args=args, kwargs={"auth": auth}, queue=wire.INGEST_QUEUE)
 
         tick = 0
         try:

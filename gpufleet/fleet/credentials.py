@@ -1,0 +1,94 @@
+"""Node identity on the central side: enrolling a node (its agent's key), rotating and
+revoking that key, and checking the signature of what agents send before anything is
+written (wire.sign / wire.verify do the cryptography)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from gpufleet import wire
+from gpufleet.audit.models import record
+from gpufleet.fleet.models import NodeCredential
+
+log = logging.getLogger(__name__)
+
+
+def _key(name: str, generation: int) -> wire.NodeKey:
+    return wire.derive_node_key(settings.GPUFLEET_SIGNING_KEY, name, generation)
+
+
+def enroll(name: str, user=None, rotate: bool = False) -> wire.NodeKey:
+    """The key `name`'s agent signs with. A node enrolled before gets its current key
+    back, unless `rotate` (or it was revoked): then a new generation, and the old key
+    stops working at once."""
+    with transaction.atomic():
+        credential, created = NodeCredential.objects.select_for_update().get_or_create(name=name)
+        if created:
+            record(user, "node.enroll", target=name, after={"key": credential.generation})
+        elif rotate or credential.revoked_at is not None:
+            before = credential.generation
+            credential.generation += 1
+            credential.issued_at, credential.revoked_at = timezone.now(), None
+            credential.save()
+            record(user, "node.rotate_key", target=name, before={"key": before}, after={"key": credential.generation})
+    return _key(name, credential.generation)
+
+
+def revoke(name: str, user=None) -> bool:
+    """From now on nothing signed with `name`'s key is accepted. False if not enrolled."""
+    with transaction.atomic():
+        updated = NodeCredential.objects.filter(name=name, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        if updated:
+            record(user, "node.revoke_key", target=name)
+    return bool(updated) or NodeCredential.objects.filter(name=name).exists()
+
+
+def key_for(name: str, generation: int) -> wire.NodeKey | None:
+    """`name`'s key if `generation` is its current, unrevoked one."""
+    valid = NodeCredential.objects.filter(name=name, generation=generation, revoked_at__isnull=True).exists()
+    return _key(name, generation) if valid else None
+
+
+def sender(auth, task: str, args: list) -> str | None:
+    """The node that signed a message from an agent: its name, or SignatureError. None
+    for an unsigned one while GPUFLEET_ACCEPT_UNSIGNED lets those in (an upgrade)."""
+    if auth is None and settings.GPUFLEET_ACCEPT_UNSIGNED:
+        log.warning("accepted an unsigned %s message (GPUFLEET_ACCEPT_UNSIGNED is on)", task)
+        return None
+    return wire.verify(auth, wire.TO_CENTRE, task, args, key_for)
+
+
+def sign_for_agent(name: str, task: str, args: list) -> dict | None:
+    """The centre's `auth` for a task to `name`'s agent; None when the node has no valid key."""
+    credential = NodeCredential.objects.filter(name=name, revoked_at__isnull=True).first()
+    if credential is None:
+        return None
+    return wire.sign(_key(name, credential.generation), name, wire.TO_AGENT, task, args)
+
+
+def signed_with_old_key(auth, task: str, args: list) -> bool:
+    """Whether a refused message is its node's own, signed with a key that node had
+    before a rotation or revocation: its agent was not given the new key, rather than
+    someone else speaking for it. Only then is the refusal shown on the node's page."""
+    if not isinstance(auth, dict) or not isinstance(auth.get("node"), str) or not isinstance(auth.get("key"), int):
+        return False
+    credential = NodeCredential.objects.filter(name=auth["node"]).first()
+    if credential is None or auth["key"] > credential.generation:
+        return False
+    try:
+        wire.verify(auth, wire.TO_CENTRE, task, args, _key)
+    except wire.SignatureError:
+        return False
+    return True
+
+
+def enroll_many(names: list[str]) -> dict[str, wire.NodeKey]:
+    """Keys for many nodes at once (a simulated fleet): each enrolled if it was not,
+    revoked ones left out. Not audited row by row; the caller records what it did."""
+    NodeCredential.objects.bulk_create([NodeCredential(name=name) for name in names], ignore_conflicts=True)
+    valid = NodeCredential.objects.filter(name__in=names, revoked_at__isnull=True).values_list("name", "generation")
+    return {name: _key(name, generation) for name, generation in valid}
