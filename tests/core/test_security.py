@@ -76,6 +76,26 @@ def test_the_500_page_renders_without_a_request():
     assert "Server error" in render_to_string("500.html")
 
 
+def test_a_server_error_is_logged_with_its_traceback_and_answered_with_the_styled_page(viewer, alpha, monkeypatch,
+                                                                                       caplog, settings):
+    from django.test import Client
+
+    from gpufleet.fleet import views
+
+    def broken(node):
+        raise RuntimeError("boom in the node page")
+
+    monkeypatch.setattr(views.node_page, "findings_worst_first", broken)
+    client = Client(raise_request_exception=False)
+    client.force_login(viewer)
+    response = client.get("/nodes/alpha/")
+    assert response.status_code == 500 and "Server error" in response.content.decode()
+    [record] = [r for r in caplog.records if r.name == "django.request" and r.levelname == "ERROR"]
+    assert record.exc_info and "RuntimeError: boom in the node page" in caplog.text
+    # And in production the records go somewhere: django's logger has the console handler.
+    assert settings.LOGGING["loggers"]["django"]["handlers"] == ["console"]
+
+
 def _settings_in_production(**env) -> subprocess.CompletedProcess:
     # The browser tests set DJANGO_ALLOW_ASYNC_UNSAFE in this process: a deployment must not.
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SECRET_KEY", "DEBUG", "DJANGO_ALLOW_ASYNC"))}
