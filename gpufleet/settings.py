@@ -328,14 +328,16 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # to reuse it: at 1 connection per snapshot that cost ingest 4/5 of its speed.
 CELERY_DB_REUSE_MAX = 1000
 CELERY_TASK_DEFAULT_QUEUE = "ingest"
+# What agents send goes to "ingest"; the central beat's own work goes to "housekeeping",
+# read by the beat's process alone (processes.central_beat), so an hour's prune never
+# holds an ingest slot. Agent tasks are always sent with an explicit queue="node.<name>".
+HOUSEKEEPING_QUEUE = "housekeeping"
 CELERY_TASK_ROUTES = {
     "gpufleet.fleet.tasks.ingest": {"queue": "ingest"},  # wire.INGEST_TASK, the agents' name
-    # Jobs' tasks stay on ingest: job_progress is an agent's message that a user
-    # watches; expire_jobs is one cheap UPDATE.
-    "gpufleet.fleet.tasks.*": {"queue": "ingest"},
-    "gpufleet.jobs.tasks.*": {"queue": "ingest"},
-    "gpufleet.claims.tasks.*": {"queue": "ingest"},
-    # Agent tasks are always sent with an explicit queue="node.<name>".
+    "gpufleet.jobs.tasks.job_progress": {"queue": "ingest"},  # wire.JOB_PROGRESS_TASK
+    "gpufleet.fleet.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
+    "gpufleet.jobs.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
+    "gpufleet.claims.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
 }
 CELERY_WORKER_SEND_TASK_EVENTS = False
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)

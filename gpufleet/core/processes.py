@@ -22,19 +22,19 @@ def web(bind: str, workers: int = 2) -> list[str]:
             "--access-logfile", "-"]
 
 
-def ingest_worker(data_dir: Path, with_beat: bool = False, concurrency: int = 1) -> list[str]:
-    """The central worker (queue "ingest"): one process unless `concurrency` asks for more.
-    `with_beat` embeds the central beat, for `up`, where this is the only central worker."""
+def ingest_worker(concurrency: int = 1) -> list[str]:
+    """The central worker for what agents send (queue "ingest"): one process unless
+    `concurrency` asks for more."""
     pool = ["--pool", "solo"] if concurrency == 1 else ["--concurrency", str(concurrency)]
-    argv = [*_CELERY, "worker", "-Q", "ingest", *pool, "-n", "ingest@%h", *_QUIET, "-l", "INFO"]
-    if with_beat:
-        argv += ["-B", "-s", str(data_dir / "beat-central")]
-    return argv
+    return [*_CELERY, "worker", "-Q", "ingest", *pool, "-n", "ingest@%h", *_QUIET, "-l", "INFO"]
 
 
 def central_beat(data_dir: Path) -> list[str]:
-    """The central beat on its own, for a site with several ingest workers (exactly one per site)."""
-    return [*_CELERY, "beat", "-s", str(data_dir / "beat-central"), "-l", "INFO"]
+    """The central beat (exactly one per site) in a worker of its own that runs what the
+    beat schedules (queue "housekeeping": offline marking, history rollups and retention,
+    job expiry, claim release), so that work never takes an ingest slot."""
+    return [*_CELERY, "worker", "-Q", "housekeeping", "--pool", "solo", "-n", "housekeeping@%h", *_QUIET,
+            "-B", "-s", str(data_dir / "beat-central"), "-l", "INFO"]
 
 
 def agent() -> list[str]:
@@ -60,13 +60,15 @@ def redis_server(binary: str, socket: Path) -> list[str]:
 
 def up_procfile(bind: str, web_workers: int, data_dir: Path, extra_agents: Iterable[str] = (),
                 redis: list[str] | None = None) -> str:
-    """The Procfile that `manage.py up` runs: web, the ingest worker with the central beat,
-    this host's agent, and one more agent per name in `extra_agents` (a demo fleet); first
-    the `redis` command line (`redis_server`) when there is one."""
+    """The Procfile that `manage.py up` runs: web, the ingest worker, the central beat with
+    its housekeeping worker, this host's agent, and one more agent per name in
+    `extra_agents` (a demo fleet); first the `redis` command line (`redis_server`) when
+    there is one."""
     entries = {"redis": shlex.join(redis)} if redis else {}
     entries |= {
         "web": shlex.join(web(bind, web_workers)),
-        "ingest": shlex.join(ingest_worker(data_dir, with_beat=True)),
+        "ingest": shlex.join(ingest_worker()),
+        "housekeeping": shlex.join(central_beat(data_dir)),
         "agent": shlex.join(agent()),
     }
     for node in extra_agents:

@@ -192,5 +192,5 @@ def test_the_task_is_on_the_central_beat_and_a_queue_a_worker_reads(settings):
 
     entry = next(e for e in live.CELERY_BEAT_SCHEDULE.values() if e["task"] == "gpufleet.claims.tasks.release_expired")
     assert entry["schedule"] > 0
-    # The central worker reads only the ingest queue (tests/core/test_deploy_units.py).
-    assert live.CELERY_TASK_ROUTES["gpufleet.claims.tasks.*"] == {"queue": "ingest"}
+    # Read by the central beat's own worker (tests/core/test_deploy_units.py).
+    assert live.CELERY_TASK_ROUTES["gpufleet.claims.tasks.*"] == {"queue": "housekeeping"}

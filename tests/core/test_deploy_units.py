@@ -23,7 +23,7 @@ def _env_file(name: str) -> dict[str, str]:
 DATA = Path(_env_file("central.env.example")["GPUFLEET_DATA_DIR"])
 UNITS = {
     "gpufleet-web.service": processes.web("127.0.0.1:8000", 4),
-    "gpufleet-ingest.service": processes.ingest_worker(DATA, concurrency=2),
+    "gpufleet-ingest.service": processes.ingest_worker(concurrency=2),
     "gpufleet-beat.service": processes.central_beat(DATA),
     "gpufleet-agent.service": processes.agent(),
 }
@@ -62,14 +62,12 @@ def test_it_runs_what_up_runs():
     assert entries["web"] == _argv(_service("gpufleet-web.service")["ExecStart"])
     assert entries["agent"] == _argv(_service("gpufleet-agent.service")["ExecStart"])
     assert entries["agent-demo-1"] == ["env", "GPUFLEET_NODE_NAME=demo-1", *entries["agent"]]
-    # `up` runs one ingest worker with the central beat inside; the site runs them apart,
-    # with the same queue, worker name and beat schedule file.
+    assert entries["housekeeping"] == _argv(_service("gpufleet-beat.service")["ExecStart"])
+    # `up` runs one ingest process; the site as many as it likes, on the same queue and worker name.
     ingest = _argv(_service("gpufleet-ingest.service")["ExecStart"])
-    beat = _argv(_service("gpufleet-beat.service")["ExecStart"])
-    assert entries["ingest"] == processes.ingest_worker(DATA, with_beat=True)
+    assert entries["ingest"] == processes.ingest_worker()
     assert ingest[ingest.index("-Q"):][:2] == entries["ingest"][entries["ingest"].index("-Q"):][:2]
     assert ingest[ingest.index("-n") + 1] == entries["ingest"][entries["ingest"].index("-n") + 1]
-    assert beat[beat.index("-s") + 1] == entries["ingest"][entries["ingest"].index("-s") + 1]
 
 
 def test_it_keeps_agent_and_central_on_the_same_data_dir():

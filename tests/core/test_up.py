@@ -125,10 +125,10 @@ def test_it_gives_up_on_a_crash_loop_and_stops_the_others(tmp_path):
 def test_it_writes_a_procfile_with_one_entry_per_agent():
     text = processes.up_procfile("127.0.0.1:9000", 3, Path("/data"), ["demo-1", "demo-2"])
     entries = parse_procfile(text).processes
-    assert list(entries) == ["web", "ingest", "agent", "agent-demo-1", "agent-demo-2"]
+    assert list(entries) == ["web", "ingest", "housekeeping", "agent", "agent-demo-1", "agent-demo-2"]
     assert entries["agent-demo-2"].startswith("env GPUFLEET_NODE_NAME=demo-2 ")
     assert "--bind 127.0.0.1:9000 --workers 3" in entries["web"]
-    assert "-s /data/beat-central" in entries["ingest"]
+    assert "-s /data/beat-central" in entries["housekeeping"] and "-B" not in entries["ingest"]
 
 
 @pytest.mark.parametrize("name", ["demo.1", "demo 1", ""])

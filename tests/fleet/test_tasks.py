@@ -4,10 +4,12 @@ and retention themselves are tested in test_history_housekeeping.py)."""
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
+from gpufleet.core import processes
 from gpufleet.fleet import history, tasks
 from gpufleet.fleet.models import DeviceSample, DeviceSample5m, Node
 from gpufleet.ingest.services import ingest_snapshot
@@ -45,6 +47,25 @@ def test_the_roll_up_task_rolls_finished_buckets():
     ingest_snapshot(snapshot("n", gpus=2, at=timezone.now() - timedelta(minutes=20)))
     assert tasks.roll_history()["5m"] == 2  # (the hourly one too, when those 20 min crossed an hour)
     assert DeviceSample5m.objects.count() == 2
+
+
+def test_the_beats_work_goes_to_the_housekeeping_queue_and_agents_messages_to_ingest():
+    from django.conf import settings
+
+    from gpufleet import wire
+    from gpufleet.celery import app
+
+    def queue(task: str) -> str:
+        return app.amqp.router.route({}, task)["queue"].name
+
+    assert {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()} >= {
+        "gpufleet.fleet.tasks.prune_history", "gpufleet.fleet.tasks.roll_history"}
+    for entry in settings.CELERY_BEAT_SCHEDULE.values():
+        assert queue(entry["task"]) == "housekeeping", entry["task"]
+    assert queue(wire.INGEST_TASK) == queue(wire.JOB_PROGRESS_TASK) == wire.INGEST_QUEUE
+    # Only the beat's own process reads it: never an ingest worker.
+    assert "housekeeping" not in processes.ingest_worker(concurrency=2)
+    assert processes.central_beat(Path("/d"))[processes.central_beat(Path("/d")).index("-Q") + 1] == "housekeeping"
 
 
 def test_the_central_beat_runs_the_history_housekeeping():

@@ -27,7 +27,7 @@ def _env(broker, role: str, node: str, fake_host=None) -> dict[str, str]:
 def test_agent_snapshots_reach_the_database_and_diagnose_now_comes_back(broker, fake_host, node_name, admin_user, tmp_path):
     central_env = _env(broker, "central", "central")
     agent_env = _env(broker, "agent", node_name, fake_host)
-    with celery_worker("ingest", "ingest", central_env, beat_file=tmp_path / "beat-central") as ingest, \
+    with celery_worker("ingest", "ingest,housekeeping", central_env, beat_file=tmp_path / "beat-central") as ingest, \
          celery_worker("agent", f"node.{node_name}", agent_env, beat_file=tmp_path / "beat-agent") as agent:
         workers = (ingest, agent)
         node = wait_for(lambda: Node.objects.filter(name=node_name, gpu_count=8).first(), 30,
@@ -44,7 +44,7 @@ def test_agent_snapshots_reach_the_database_and_diagnose_now_comes_back(broker, 
         assert done.started_at is not None and done.finished_at >= done.started_at
 
     # Agent gone: the central beat marks the node offline after 3 missed intervals.
-    with celery_worker("ingest", "ingest", central_env, beat_file=tmp_path / "beat-central") as ingest:
+    with celery_worker("ingest", "ingest,housekeeping", central_env, beat_file=tmp_path / "beat-central") as ingest:
         wait_for(lambda: Node.objects.get(pk=node.pk).offline, 20, "the node to go offline", (ingest,))
 
 
