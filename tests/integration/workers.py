@@ -4,74 +4,34 @@ deployment starts them (celery -A gpufleet.celery worker ...)."""
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from django.db import connection
 
-REPO = Path(__file__).resolve().parents[2]
+from gpufleet.core.workers import REPO, WorkerDidNotStart, WorkerProcess, database_url, running_worker
+
+__all__ = ["REPO", "agent_key_env", "celery_worker", "database_url_for_workers", "send_snapshot", "wait_for"]
 
 
 def database_url_for_workers() -> str:
     """A DATABASE_URL for the database this test run uses (the test database)."""
-    s = connection.settings_dict
-    if s["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{s['NAME']}"
-    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-
-
-class Worker:
-    def __init__(self, proc: subprocess.Popen, name: str):
-        self.proc = proc
-        self.name = name
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip())
-            if " ready." in line:
-                self.ready.set()
-
-    @property
-    def output(self) -> str:
-        return "\n".join(self.lines[-80:])
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
+    return database_url(connection.settings_dict)
 
 
 @contextlib.contextmanager
-def celery_worker(name: str, queues: str, env: dict[str, str], beat_file: Path | None = None) -> Iterator[Worker]:
+def celery_worker(name: str, queues: str, env: dict[str, str], beat_file: Path | None = None) -> Iterator[WorkerProcess]:
     argv = [sys.executable, "-m", "celery", "-A", "gpufleet.celery", "worker", "-Q", queues,
             "--pool", "solo", "-n", f"{name}@%h", "--without-mingle", "--without-gossip", "-l", "INFO"]
     if beat_file is not None:
         argv += ["-B", "-s", str(beat_file)]
-    full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
-    full_env.pop("DJANGO_SETTINGS_MODULE", None)  # the deployment's settings, not the tests'
-    proc = subprocess.Popen(argv, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    worker = Worker(proc, name)
     try:
-        if not worker.ready.wait(60):
-            raise AssertionError(f"worker {name} did not start:\n{worker.output}")
-        yield worker
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        with running_worker(argv, env, name) as worker:
+            yield worker
+    except WorkerDidNotStart as exc:
+        raise AssertionError(str(exc)) from None
 
 
 def wait_for(predicate, timeout: float, what: str, workers=()):

@@ -1,11 +1,28 @@
-"""Measure ingest and page speed at fleet sizes, in a throwaway test database
-(never the configured one), and print the figures the README quotes."""
+"""Measure the figures of the fleet-scale targets, each beside a peer or a floor
+measured in the same run, in a throwaway test database (never the configured one):
+
+- ingest through the real path (snapshots sent as Celery messages to Redis and
+  stored by a real `celery worker --pool solo` process), in-process one at a time
+  and in batches, beside the floor: the same rows written by raw psycopg with COPY
+  and set-based INSERT ... ON CONFLICT (PostgreSQL only);
+- the pages, the node page with 24 h of history, and /metrics, beside Django's own
+  admin changelist of the same nodes;
+- the fleet report CSV beside PostgreSQL's own COPY ... TO STDOUT WITH CSV of the same rows.
+
+`--json` prints one JSON object (figures named with their unit, null where one was
+skipped, with the reason under "skipped"); otherwise a table. Progress goes to stderr.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import statistics
+import tempfile
 import time
 from datetime import UTC, datetime, timedelta
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
@@ -13,22 +30,35 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext, setup_test_environment
 
+from gpufleet import gpu, wire
+from gpufleet.core import processes
+from gpufleet.core.workers import WorkerDidNotStart, database_url, running_worker
+from gpufleet.fleet import credentials
+from gpufleet.fleet.benchmarks import add_history
+from gpufleet.fleet.models import Device, Finding, Node
 from gpufleet.ingest import simulation
 from gpufleet.ingest.services import ingest_snapshot, ingest_snapshots
 
+PREFIX = "bench-"
+BATCH = 100  # snapshots per ingest_snapshots call and per floor transaction
+# The real-path ingest uses a Redis database of its own on the configured server, so
+# the bench's worker never takes the site's snapshots, nor the site's workers the bench's.
+BENCH_REDIS_DB = 15
+WORKER_START_S = 60
+# A peer the bench always measures: Django's admin changelist of the same nodes.
+ADMIN = "admin_changelist"
+# (key, label, url, headers); "{node}" is a node without history, "{history}" the one with 24 h.
 PAGES = [
-    ("fleet overview", "/"),
-    ("node table fragment", "/?page=2", {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "node-table"}),
-    ("node page (8 GPUs)", "/nodes/bench-00007/"),
-    ("claims list", "/claims/"),
-    ("fleet report CSV", "/report.csv"),
-    ("fleet report JSON", "/report.json"),
-    ("API node list", "/api/nodes/"),
-    # The peer: Django's own admin changelist of the same nodes, in the same run.
-    ("admin node changelist", "/admin/fleet/node/"),
+    ("overview", "fleet overview", "/", {}),
+    ("node_table_fragment", "node table fragment", "/?page=2", {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "node-table"}),
+    ("node_page", "node page (8 GPUs, little history)", "/nodes/{node}/", {}),
+    ("node_page_24h", "node page, 24 h of history", "/nodes/{history}/?range=24h", {}),
+    ("claims_list", "claims list", "/claims/", {}),
+    ("report_csv", "fleet report CSV", "/report.csv", {}),
+    ("report_json", "fleet report JSON", "/report.json", {}),
+    ("api_nodes", "API node list", "/api/nodes/", {}),
+    (ADMIN, "admin node changelist (peer)", "/admin/fleet/node/", {}),
 ]
-
-
 def _snapshot(node: str, gpus: int, at: datetime) -> dict:
     """A healthy node of `gpus` H200s as an agent reports it (see gpufleet.ingest.simulation),
     so the bench measures gpufleet, not subprocesses."""
@@ -36,71 +66,235 @@ def _snapshot(node: str, gpus: int, at: datetime) -> dict:
     return simulation.snapshot(simulation.SimulatedNode(node, model, "", seed=len(node)), at)
 
 
+def _at(snapshots: list[dict], at: datetime) -> list[dict]:
+    return [dict(s, collected_at=at.isoformat()) for s in snapshots]
+
+
+def _ratio(a, b):
+    return round(a / b, 3) if a is not None and b else None
+
+
 class Command(BaseCommand):
-    help = "Benchmark ingest and pages in a throwaway test database; prints figures for the README."
+    help = "Benchmark ingest, pages and /metrics against their peers in a throwaway test database."
 
     def add_arguments(self, parser):
-        parser.add_argument("--nodes", type=int, nargs="+", default=[100, 1000])
+        parser.add_argument("--nodes", type=int, default=1000, help="fleet size for the pages and /metrics")
+        parser.add_argument("--ingest", type=int, default=500, help="snapshots per ingest figure")
         parser.add_argument("--gpus", type=int, default=8)
-        parser.add_argument("--repeat", type=int, default=5, help="page requests per figure")
+        parser.add_argument("--repeat", type=int, default=5, help="requests per page figure (median)")
+        parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
-    def handle(self, *args, nodes, gpus, repeat, **options):
+    def handle(self, *args, nodes, ingest, gpus, repeat, **options):
+        as_json = options["json"]
         setup_test_environment()
         settings.ALLOWED_HOSTS = ["testserver"]
+        nodes, repeat = max(1, nodes), max(1, repeat)
+        ingest = max(1, min(ingest, nodes))
+        self.figures: dict = {"nodes": nodes, "gpus_per_node": gpus, "engine": connection.vendor,
+                              "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                              "ingest_sample": ingest, "repeat": repeat}
+        self.skipped: dict[str, str] = {}
         old_name = connection.settings_dict["NAME"]
-        # Its own database name, so a bench never clobbers a test run's database.
-        bench_name = "gpufleet_bench"
+        # A database of this run's own, so a bench never clobbers a test run's or another bench's.
+        bench_name = f"gpufleet_bench_{os.getpid()}"
         if connection.vendor == "sqlite":
-            bench_name = str(settings.DATA_DIR / "bench.sqlite3")
+            bench_name = str(settings.DATA_DIR / f"{bench_name}.sqlite3")
         connection.settings_dict["TEST"]["NAME"] = bench_name
-        test_db = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+        self._say(f"creating the throwaway database {bench_name} ...")
+        connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
         try:
-            engine = connection.vendor
-            self.stdout.write(f"gpufleet bench on {engine} ({test_db}), {gpus} GPUs per node")
             self._statements_per_snapshot()
+            names = [f"{PREFIX}{n:05d}" for n in range(nodes)]
+            base = datetime.now(UTC) - timedelta(minutes=30)
+            snapshots = [_snapshot(name, gpus, base) for name in names[:ingest]]
+            self._ingest_in_process(snapshots, base)
+            self._ingest_real_path(snapshots, base + timedelta(seconds=90))
+            self._ingest_copy_floor(snapshots, base + timedelta(seconds=120))
+            floor = self.figures["ingest_copy_floor_per_s"]
+            self.figures["ratio_ingest_to_copy_floor"] = _ratio(self.figures["ingest_snapshots_per_s"], floor)
+            self.figures["ratio_ingest_one_to_copy_floor"] = _ratio(self.figures["ingest_one_per_s"], floor)
+            self.figures["ratio_ingest_batch_to_copy_floor"] = _ratio(self.figures["ingest_batch_per_s"], floor)
+            self._grow_fleet(names, ingest)
+            self._say(f"writing 24 h of history for {names[0]} ...")
+            add_history(list(Node.objects.get(name=names[0]).current_devices()), datetime.now(UTC), hours=24)
+            if connection.vendor == "postgresql":
+                # Planner statistics, as autovacuum keeps them on a running site: without
+                # them the bulk-made tables are planned as empty ones.
+                with connection.cursor() as cursor:
+                    cursor.execute("ANALYZE")
             client = self._client()
-            done = 0
-            for size in sorted(nodes):
-                self._ingest(done, size, gpus)
-                done = size
-                self._pages(client, size, repeat)
+            self._pages(client, repeat, node=names[min(7, nodes - 1)], history=names[0])
+            self._metrics(client, repeat)
+            self._report_csv_floor(repeat)
         finally:
             connection.creation.destroy_test_db(old_name, verbosity=0)
+        self.figures["skipped"] = self.skipped
+        self.figures["targets"] = self._targets()
+        if as_json:
+            self.stdout.write(json.dumps(self.figures, indent=2))
+        else:
+            self._table()
+
+    def _say(self, text: str) -> None:
+        self.stderr.write(text)
+
+    def _skip(self, key: str, reason: str) -> None:
+        self.figures[key] = None
+        self.skipped[key] = reason
+        self._say(f"{key} skipped: {reason}")
+
+    # --- Ingest ------------------------------------------------------------------
 
     def _statements_per_snapshot(self) -> None:
         t0 = datetime.now(UTC) - timedelta(hours=1)
-        counts = []
+        counts = {}
         for gpus in (1, 8, 64):
             name = f"stmt-{gpus}"
             ingest_snapshot(_snapshot(name, gpus, t0))
             with CaptureQueriesContext(connection) as ctx:
                 ingest_snapshot(_snapshot(name, gpus, t0 + timedelta(seconds=1)))
-            counts.append(f"{gpus} GPU(s): {len(ctx)}")
-        self.stdout.write("SQL statements per snapshot (incl. BEGIN/COMMIT where counted): " + ", ".join(counts))
+            counts[str(gpus)] = len(ctx)
+        Node.objects.filter(name__startswith="stmt-").delete()
+        self.figures["sql_statements_per_snapshot"] = counts
 
-    def _ingest(self, start: int, stop: int, gpus: int) -> None:
-        t0 = datetime.now(UTC) - timedelta(minutes=30)
-        snapshots = [_snapshot(f"bench-{n:05d}", gpus, t0) for n in range(start, stop)]
+    def _ingest_in_process(self, snapshots: list[dict], base: datetime) -> None:
+        n = len(snapshots)
+        self._say(f"ingesting {n} snapshots in process ...")
         began = time.perf_counter()
         for snap in snapshots:
             ingest_snapshot(snap)
-        first = time.perf_counter() - began
-        again = [dict(s, collected_at=(t0 + timedelta(seconds=30)).isoformat()) for s in snapshots]
+        self.figures["ingest_new_node_per_s"] = round(n / (time.perf_counter() - began), 1)
         began = time.perf_counter()
-        for snap in again:
+        for snap in _at(snapshots, base + timedelta(seconds=30)):
             ingest_snapshot(snap)
-        second = time.perf_counter() - began
-        batched = [dict(s, collected_at=(t0 + timedelta(seconds=60)).isoformat()) for s in snapshots]
+        self.figures["ingest_one_per_s"] = round(n / (time.perf_counter() - began), 1)
+        batched = _at(snapshots, base + timedelta(seconds=60))
         began = time.perf_counter()
-        for i in range(0, len(batched), 100):
-            ingest_snapshots(batched[i:i + 100])
-        third = time.perf_counter() - began
-        n = len(snapshots)
-        self.stdout.write(
-            f"ingest nodes {start}-{stop}: new node {n / first:,.0f} snapshots/s, "
-            f"known node {n / second:,.0f} snapshots/s ({1000 * second / n:.1f} ms each), "
-            f"known node in batches of 100 {n / third:,.0f} snapshots/s ({second / third:.1f}x)"
-        )
+        for i in range(0, n, BATCH):
+            ingest_snapshots(batched[i:i + BATCH])
+        self.figures["ingest_batch_per_s"] = round(n / (time.perf_counter() - began), 1)
+
+    def _ingest_real_path(self, snapshots: list[dict], at: datetime) -> None:
+        """Known nodes' snapshots sent as the agents send them, stored by a real ingest
+        worker: from the first send until every one is stored."""
+        key = "ingest_snapshots_per_s"
+        broker = _bench_broker(settings.CELERY_BROKER_URL)
+        if broker is None:
+            return self._skip(key, f"the broker {_safe_url(settings.CELERY_BROKER_URL)} is not Redis")
+        url, client = broker
+        try:
+            waiting = client.llen(wire.INGEST_QUEUE)
+        except Exception as exc:  # any failure to reach Redis skips the figure, saying why
+            return self._skip(key, f"no Redis reachable at {_safe_url(url)} ({exc})")
+        finally:
+            client.close()
+        if waiting:
+            return self._skip(key, f"the queue {wire.INGEST_QUEUE!r} in {_safe_url(url)} already holds {waiting} "
+                                   "messages that are not this run's; not consuming them")
+        from gpufleet.celery import app
+
+        messages = self._messages(_at(snapshots, at))
+        names = [s["node"] for s in snapshots]
+        metrics_dir = tempfile.mkdtemp(prefix="gpufleet-bench-metrics-")
+        env = {"CELERY_BROKER_URL": url, "DATABASE_URL": database_url(connection.settings_dict), "GPUFLEET_ROLE": "central",
+               "PROMETHEUS_MULTIPROC_DIR": metrics_dir, "GPUFLEET_DATA_DIR": str(settings.DATA_DIR)}
+        if not os.environ.get("GPUFLEET_SIGNING_KEY"):
+            env["SECRET_KEY"] = settings.SECRET_KEY  # the worker checks signatures with the same key
+        self._say(f"sending {len(messages)} snapshots to a celery worker on {_safe_url(url)} ...")
+        try:
+            with running_worker(processes.ingest_worker(), env, "ingest") as worker:
+                stored = Node.objects.filter(name__in=names, collected_at__gte=at)
+                with app.connection_for_write(url) as conn, conn.Producer() as producer:
+                    began = time.perf_counter()
+                    for args, kwargs in messages:
+                        app.send_task(wire.INGEST_TASK, args=args, kwargs=kwargs, queue=wire.INGEST_QUEUE,
+                                      producer=producer)
+                deadline = time.monotonic() + max(60.0, len(messages) / 5)
+                done = 0
+                while done < len(messages):
+                    if not worker.alive():
+                        return self._skip(key, f"the worker exited:\n{worker.output}")
+                    if time.monotonic() > deadline:
+                        return self._skip(key, f"only {done} of {len(messages)} stored in time:\n{worker.output}")
+                    time.sleep(0.05)
+                    done = stored.count()
+                elapsed = time.perf_counter() - began
+        except WorkerDidNotStart as exc:
+            return self._skip(key, str(exc))
+        finally:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+            if key in self.skipped:
+                # What this run sent and its worker did not store: the queue of the bench's
+                # own database was empty before, so these are this run's, not anyone's snapshots.
+                _, client = _bench_broker(settings.CELERY_BROKER_URL)
+                client.delete(wire.INGEST_QUEUE)
+                client.close()
+        self.figures[key] = round(len(messages) / elapsed, 1)
+
+    def _messages(self, snapshots: list[dict]) -> list[tuple[list, dict]]:
+        """(args, kwargs) of each ingest message, signed with its node's key as its agent
+        would sign it when this wire protocol signs."""
+        keys = credentials.enroll_many([s["node"] for s in snapshots])
+        messages = []
+        for snap in snapshots:
+            args = [snap, None]
+            auth = wire.sign(keys[snap["node"]], snap["node"], wire.TO_CENTRE, wire.INGEST_TASK, args)
+            messages.append((args, {"auth": auth}))
+        return messages
+
+    def _ingest_copy_floor(self, snapshots: list[dict], at: datetime) -> None:
+        key = "ingest_copy_floor_per_s"
+        if connection.vendor != "postgresql":
+            return self._skip(key, "the COPY floor needs PostgreSQL")
+        self._say(f"writing {len(snapshots)} snapshots' rows with COPY (the floor) ...")
+        with _raw_connection() as raw:
+            floor = CopyFloor(raw)
+            began = time.perf_counter()
+            stored = 0
+            for i in range(0, len(snapshots), BATCH):
+                stored += floor.store(_at(snapshots[i:i + BATCH], at))
+            elapsed = time.perf_counter() - began
+        if stored != len(snapshots):
+            return self._skip(key, f"the floor updated {stored} of {len(snapshots)} nodes")
+        self.figures[key] = round(len(snapshots) / elapsed, 1)
+
+    # --- The fleet ---------------------------------------------------------------
+
+    def _grow_fleet(self, names: list[str], ingested: int) -> None:
+        """The rest of the fleet in bulk, each node a copy (name and GPU UUIDs its own)
+        of one ingested node's rows, as ingest left them: fast at 10,000 nodes."""
+        todo = names[ingested:]
+        if not todo:
+            return
+        self._say(f"creating {len(todo)} more nodes in bulk ...")
+        templates = list(Node.objects.filter(name__in=names[:ingested]).prefetch_related("devices", "findings"))
+        for start in range(0, len(todo), 500):
+            chunk = todo[start:start + 500]
+            made = []
+            for offset, name in enumerate(chunk):
+                template = templates[(start + offset) % len(templates)]
+                node = Node(**{f.attname: getattr(template, f.attname) for f in Node._meta.concrete_fields
+                               if f.attname != "id"})
+                node.name = name
+                made.append((node, template))
+            Node.objects.bulk_create([node for node, _ in made])
+            if connection.vendor != "postgresql" or made[0][0].pk is None:  # ids not returned
+                ids = dict(Node.objects.filter(name__in=chunk).values_list("name", "id"))
+                for node, _ in made:
+                    node.pk = ids[node.name]
+            devices, findings = [], []
+            for node, template in made:
+                suffix = node.name.encode().hex()[-12:].rjust(12, "0")
+                for d in template.devices.all():
+                    devices.append(Device(**{f.attname: getattr(d, f.attname) for f in Device._meta.concrete_fields
+                                             if f.attname not in ("id", "node_id")},
+                                          node_id=node.pk))
+                    devices[-1].uuid = d.uuid[:-12] + suffix
+                for f in template.findings.all():
+                    findings.append(Finding(node_id=node.pk, position=f.position, code=f.code, name=f.name,
+                                            status=f.status, message=f.message, fix=f.fix))
+            Device.objects.bulk_create(devices, batch_size=2000)
+            Finding.objects.bulk_create(findings, batch_size=2000)
 
     def _client(self) -> Client:
         from django.contrib.auth import get_user_model
@@ -110,18 +304,317 @@ class Command(BaseCommand):
         client.force_login(user)
         return client
 
-    def _pages(self, client: Client, size: int, repeat: int) -> None:
-        for label, url, *extra in PAGES:
-            headers = extra[0] if extra else {}
-            times, queries, status, size_bytes = [], 0, 0, 0
-            for _ in range(repeat):
-                with CaptureQueriesContext(connection) as ctx:
+    # --- Pages -------------------------------------------------------------------
+
+    def _pages(self, client: Client, repeat: int, node: str, history: str) -> None:
+        """Each page `repeat` times, the pages taking turns so a busy machine slows all alike."""
+        self._say(f"timing {len(PAGES)} pages, {repeat} times each ...")
+        timed: dict[str, list[float]] = {key: [] for key, *_ in PAGES}
+        for _, _, url, headers in PAGES:  # once untimed: templates compiled, caches warm
+            _timed_get(client, url.format(node=node, history=history), headers)
+        for _ in range(repeat):
+            for key, _, url, headers in PAGES:
+                ms, queries, size = _timed_get(client, url.format(node=node, history=history), headers)
+                timed[key].append(ms)
+                self.figures[f"{key}_queries"] = queries
+                self.figures[f"{key}_bytes"] = size
+        for key, *_ in PAGES:
+            self.figures[f"{key}_ms"] = round(statistics.median(timed[key]), 1)
+        admin = self.figures[f"{ADMIN}_ms"]
+        for key, *_ in PAGES:
+            if key != ADMIN:
+                self.figures[f"ratio_{key}_to_admin"] = _ratio(self.figures[f"{key}_ms"], admin)
+
+    def _metrics(self, client: Client, repeat: int) -> None:
+        self._say(f"scraping /metrics {repeat} times ...")
+        runs = [_timed_get(client, "/metrics", {}) for _ in range(repeat + 1)][1:]  # the first untimed
+        self.figures["metrics_scrape_s"] = round(statistics.median(ms for ms, _, _ in runs) / 1000, 3)
+        self.figures["metrics_scrape_queries"] = runs[-1][1]
+        self.figures["metrics_scrape_bytes"] = runs[-1][2]
+        self.figures["ratio_metrics_scrape_to_admin"] = _ratio(1000 * self.figures["metrics_scrape_s"],
+                                                               self.figures[f"{ADMIN}_ms"])
+
+    def _report_csv_floor(self, repeat: int) -> None:
+        key = "report_csv_copy_floor_ms"
+        if connection.vendor != "postgresql":
+            self._skip(key, "COPY ... TO STDOUT needs PostgreSQL")
+        else:
+            times, size = [], 0
+            with _raw_connection() as raw:
+                for _ in range(repeat):
                     began = time.perf_counter()
-                    response = client.get(url, **headers)
-                    body = b"".join(response) if response.streaming else response.content
-                    times.append(time.perf_counter() - began)
-                queries, status, size_bytes = len(ctx), response.status_code, len(body)
-            self.stdout.write(
-                f"  {size:>6} nodes  {label:<22} {1000 * statistics.median(times):7.1f} ms median  "
-                f"{queries:3d} queries  HTTP {status}  {size_bytes / 1024:,.0f} KiB"
+                    size = 0
+                    with raw.cursor() as cursor, cursor.copy(REPORT_CSV_COPY) as copy:
+                        for data in copy:
+                            size += len(data)
+                    times.append(1000 * (time.perf_counter() - began))
+            self.figures[key] = round(statistics.median(times), 1)
+            self.figures["report_csv_copy_floor_bytes"] = size
+        self.figures["ratio_report_csv_to_copy_floor"] = _ratio(self.figures["report_csv_ms"], self.figures[key])
+
+    # --- Results -----------------------------------------------------------------
+
+    def _targets(self) -> dict:
+        """The fleet-scale issue's targets: True met, False missed, None not measured."""
+        f = self.figures
+
+        def at_most(a, b, factor=1.0):
+            return None if a is None or b is None else a <= factor * b
+
+        real, floor = f.get("ingest_snapshots_per_s"), f.get("ingest_copy_floor_per_s")
+        pages = [key for key, *_ in PAGES if key not in (ADMIN, "node_page_24h", "report_csv", "report_json")]
+        return {
+            "real_path_ingest_at_least_500_per_s": None if real is None else real >= 500,
+            "real_path_ingest_at_least_0.6_of_copy_floor": None if real is None or floor is None else real >= 0.6 * floor,
+            "node_page_24h_no_slower_than_admin": at_most(f["node_page_24h_ms"], f[f"{ADMIN}_ms"]),
+            "pages_no_slower_than_admin": all(at_most(f[f"{key}_ms"], f[f"{ADMIN}_ms"]) for key in pages),
+            "report_csv_within_5x_copy_csv": at_most(f["report_csv_ms"], f.get("report_csv_copy_floor_ms"), 5),
+            "metrics_under_2_s_at_10000_nodes_x_8": (f["metrics_scrape_s"] < 2.0
+                                                     if f["nodes"] >= 10_000 and f["gpus_per_node"] >= 8 else None),
+        }
+
+    def _table(self) -> None:
+        f = self.figures
+        out = self.stdout.write
+        out(f"gpufleet bench: {f['nodes']} nodes x {f['gpus_per_node']} GPUs on {f['engine']}, "
+            f"ingest sample {f['ingest_sample']} snapshots, median of {f['repeat']}, {f['measured_at']}")
+        out(f"SQL statements per snapshot (1, 8, 64 GPUs): {', '.join(map(str, f['sql_statements_per_snapshot'].values()))}")
+        out("")
+        out("| figure | value | peer / floor | peer value | ratio |")
+        out("| --- | --- | --- | --- | --- |")
+        floor = f.get("ingest_copy_floor_per_s")
+
+        def rate(value):
+            return "skipped" if value is None else f"{value:,.0f} snapshots/s"
+
+        def ms(value):
+            return "skipped" if value is None else f"{value:,.1f} ms"
+
+        for key, label in (("ingest_snapshots_per_s", "ingest, real path (Celery + 1 solo worker)"),
+                           ("ingest_one_per_s", "ingest in process, one at a time"),
+                           ("ingest_batch_per_s", f"ingest in process, batches of {BATCH}")):
+            out(f"| {label} | {rate(f.get(key))} | COPY + INSERT ON CONFLICT floor | {rate(floor)} | "
+                f"{_show(_ratio(f.get(key), floor))} |")
+        admin = f[f"{ADMIN}_ms"]
+        for key, label, *_ in PAGES:
+            if key == ADMIN:
+                continue
+            out(f"| {label} ({f[f'{key}_queries']} queries) | {ms(f[f'{key}_ms'])} | admin node changelist | "
+                f"{ms(admin)} | {_show(f[f'ratio_{key}_to_admin'])} |")
+        out(f"| fleet report CSV | {ms(f['report_csv_ms'])} | COPY (SELECT ...) TO STDOUT WITH CSV | "
+            f"{ms(f.get('report_csv_copy_floor_ms'))} | {_show(f['ratio_report_csv_to_copy_floor'])} |")
+        out(f"| /metrics scrape ({f['metrics_scrape_queries']} queries, {f['metrics_scrape_bytes'] / 1024:,.0f} KiB) | "
+            f"{f['metrics_scrape_s']:.3f} s | admin node changelist | {ms(admin)} | "
+            f"{_show(f['ratio_metrics_scrape_to_admin'])} |")
+        out("")
+        for target, met in f["targets"].items():
+            out(f"target {target}: {'met' if met else 'not measured' if met is None else 'NOT met'}")
+        for key, reason in self.skipped.items():
+            out(f"skipped {key}: {reason}")
+
+
+def _show(ratio) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}"
+
+
+def _timed_get(client: Client, url: str, headers: dict) -> tuple[float, int, int]:
+    """ms, queries and body bytes of one GET (a streamed body read to its end)."""
+    with CaptureQueriesContext(connection) as ctx:
+        began = time.perf_counter()
+        response = client.get(url, **headers)
+        body = b"".join(response) if response.streaming else response.content
+        elapsed = time.perf_counter() - began
+    if response.status_code != 200:
+        raise RuntimeError(f"GET {url} answered {response.status_code}")
+    return 1000 * elapsed, len(ctx), len(body)
+
+
+# --- The real path: Redis and a worker process -----------------------------------
+
+
+def _safe_url(url: str) -> str:
+    """`url` without its password, for messages."""
+    parts = urlsplit(url)
+    return url.replace(f":{parts.password}@", ":***@", 1) if parts.password else url
+
+
+def _bench_broker(url: str):
+    """(URL, Redis client) of the bench's own database on the configured Redis, or None
+    when the broker is not Redis."""
+    import redis
+
+    parts = urlsplit(url)
+    if parts.scheme in ("redis", "rediss"):
+        current = parts.path.strip("/") or "0"
+        db = BENCH_REDIS_DB if current != str(BENCH_REDIS_DB) else BENCH_REDIS_DB - 1
+        bench = urlunsplit(parts._replace(path=f"/{db}"))
+        return bench, redis.Redis.from_url(bench, socket_connect_timeout=1, socket_timeout=2)
+    if parts.scheme == "redis+socket":
+        query = dict(parse_qsl(parts.query))
+        current = query.get("virtual_host", "0")
+        db = BENCH_REDIS_DB if current != str(BENCH_REDIS_DB) else BENCH_REDIS_DB - 1
+        bench = f"redis+socket://{parts.path}?{urlencode({**query, 'virtual_host': str(db)})}"
+        return bench, redis.Redis(unix_socket_path=parts.path, db=db, socket_connect_timeout=1, socket_timeout=2)
+    return None
+
+
+# --- The floors: raw psycopg on PostgreSQL ----------------------------------------
+
+
+def _raw_connection():
+    import psycopg
+
+    s = connection.settings_dict
+    return psycopg.connect(dbname=s["NAME"], user=s["USER"] or None, password=s["PASSWORD"] or None,
+                           host=s["HOST"] or "127.0.0.1", port=s["PORT"] or 5432)
+
+
+# The same rows /report.csv writes (gpufleet/fleet/reports.py CSV_COLUMNS): each node's
+# findings, then its current GPUs with their health figures, nodes by name.
+REPORT_CSV_COPY = """COPY (
+SELECT node, code, name, status, message, fix, "row", "index", uuid, pci_bus_id, vram_total_mib, vram_used_mib,
+       utilization_percent, temperature_c, power_draw_w, power_limit_w, ecc_uncorrected_volatile, throttle_reasons,
+       xid_errors, processes
+FROM (
+  SELECT n.name AS node, 0 AS kind, f.position AS pos, f.code, f.name, f.status, f.message, f.fix, 'finding' AS "row",
+         NULL::int AS "index", NULL AS uuid, NULL AS pci_bus_id, NULL::bigint AS vram_total_mib,
+         NULL::bigint AS vram_used_mib, NULL::int AS utilization_percent, NULL::int AS temperature_c,
+         NULL::float AS power_draw_w, NULL::float AS power_limit_w, NULL AS ecc_uncorrected_volatile,
+         NULL AS throttle_reasons, NULL AS xid_errors, NULL::int AS processes
+  FROM fleet_node n JOIN fleet_finding f ON f.node_id = n.id
+  UNION ALL
+  SELECT n.name, 1, d."index", 'gpu' || d."index", d.name, '', '', '', 'device', d."index", d.uuid, d.pci_bus_id,
+         d.vram_total_mib, d.vram_used_mib, d.utilization_percent, d.temperature_c, d.power_draw_w, d.power_limit_w,
+         d.health->>'ecc_uncorrected_volatile',
+         (SELECT string_agg(t, ' ') FROM jsonb_array_elements_text(
+             CASE jsonb_typeof(d.health->'throttle_reasons') WHEN 'array' THEN d.health->'throttle_reasons' END) t),
+         (SELECT string_agg((x->>'xid') || 'x' || (x->>'count'), ' ') FROM jsonb_array_elements(
+             CASE jsonb_typeof(d.health->'xid_errors') WHEN 'array' THEN d.health->'xid_errors' END) x),
+         CASE jsonb_typeof(d.health->'processes') WHEN 'array' THEN jsonb_array_length(d.health->'processes') ELSE 0 END
+  FROM fleet_node n JOIN fleet_device d ON d.node_id = n.id AND d.vanished_at IS NULL
+) AS report_rows
+ORDER BY node, kind, pos
+) TO STDOUT WITH (FORMAT csv, HEADER)"""
+
+_NODE_IN = ("name", "collected_at", "present", "driver_version", "runtime_installed", "toolkit_version", "attach",
+            "cdi_spec_files", "cdi_devices", "fixes_allowed", "gpu_count", "vram_total_mib", "vram_used_mib",
+            "utilization_mean", "health", "problem", "gpu_models")
+_DEVICE_IN = ("node_name", "uuid", "index", "name", "vram_total_mib", "vram_used_mib", "utilization_percent",
+              "pci_bus_id", "temperature_c", "power_draw_w", "power_limit_w", "health", "collected_at", "busy")
+_FINDING_IN = ("node_name", "position", "code", "name", "status", "message", "fix")
+
+
+class CopyFloor:
+    """The rows an accepted snapshot of a known node leaves (node updated, its GPUs
+    upserted and those it no longer reports marked vanished, one sample per GPU, its
+    findings replaced), written the cheapest way PostgreSQL offers: COPY into temporary
+    tables, then one set-based statement per table, one transaction per batch. No
+    validation, claims or Xid acknowledgements: a floor, not an ingest."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        with raw.cursor() as cursor:
+            cursor.execute("CREATE TEMP TABLE bench_node_in (name text, collected_at timestamptz, present bool,"
+                           " driver_version text, runtime_installed bool, toolkit_version text, attach text,"
+                           " cdi_spec_files jsonb, cdi_devices jsonb, fixes_allowed jsonb, gpu_count int,"
+                           " vram_total_mib bigint, vram_used_mib bigint, utilization_mean float8, health text,"
+                           " problem text, gpu_models text) ON COMMIT DELETE ROWS")
+            cursor.execute("CREATE TEMP TABLE bench_device_in (node_name text, uuid text, index int, name text,"
+                           " vram_total_mib bigint, vram_used_mib bigint, utilization_percent int, pci_bus_id text,"
+                           " temperature_c int, power_draw_w float8, power_limit_w float8, health jsonb,"
+                           " collected_at timestamptz, busy bool) ON COMMIT DELETE ROWS")
+            cursor.execute("CREATE TEMP TABLE bench_finding_in (node_name text, position int, code text, name text,"
+                           " status text, message text, fix text) ON COMMIT DELETE ROWS")
+        raw.commit()
+        self.idle_util = settings.GPUFLEET_IDLE_UTIL_PERCENT
+
+    def store(self, snapshots: list[dict]) -> int:
+        """Write one batch (distinct nodes) in one transaction; returns the nodes updated."""
+        now = datetime.now(UTC)
+        nodes, devices, findings = [], [], []
+        for s in snapshots:
+            gpus = s["devices"]
+            utils = [d["utilization_percent"] for d in gpus if d.get("utilization_percent") is not None]
+            worst = str(gpu.Status.worst(f["status"] for f in s["findings"]))
+            problem = next((f"{f['name']}: {f['message']}" for f in s["findings"]
+                            if f["status"] == worst and worst != gpu.Status.OK.value), "")
+            nodes.append((s["node"], s["collected_at"], s["present"], s["driver_version"], s["runtime_installed"],
+                          s["toolkit_version"], s["attach"], json.dumps(s["cdi_spec_files"]),
+                          json.dumps(s["cdi_devices"]), json.dumps(s["fixes_allowed"]), len(gpus),
+                          sum(d.get("vram_total_mib") or 0 for d in gpus), sum(d.get("vram_used_mib") or 0 for d in gpus),
+                          sum(utils) / len(utils) if utils else None, worst, problem[:300],
+                          ", ".join(sorted({d["name"] for d in gpus}))[:500]))
+            for d in gpus:
+                health = {k: v for k, v in d.items() if k not in Device.COLUMNS and k != "pci_bus_id"}
+                busy = (d.get("utilization_percent") or 0) >= self.idle_util or bool(d.get("processes"))
+                devices.append((s["node"], d["uuid"], d["index"], d["name"], d.get("vram_total_mib"),
+                                d.get("vram_used_mib"), d.get("utilization_percent"), d.get("pci_bus_id") or "",
+                                d.get("temperature_c"), d.get("power_draw_w"), d.get("power_limit_w"),
+                                json.dumps(health), s["collected_at"], busy))
+            findings += [(s["node"], i, f["code"], f["name"], f["status"], f["message"], f.get("fix", ""))
+                         for i, f in enumerate(s["findings"])]
+        names = [s["node"] for s in snapshots]
+        with self.raw.transaction(), self.raw.cursor() as cursor:
+            for table, columns, rows in (("bench_node_in", _NODE_IN, nodes), ("bench_device_in", _DEVICE_IN, devices),
+                                         ("bench_finding_in", _FINDING_IN, findings)):
+                with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            cursor.execute(
+                "INSERT INTO fleet_node (name, first_seen, last_seen, collected_at, offline, present, driver_version,"
+                " runtime_installed, toolkit_version, attach, cdi_spec_files, cdi_devices, fixes_allowed, gpu_count,"
+                " vram_total_mib, vram_used_mib, utilization_mean, health, problem, gpu_models, gpus_reserved,"
+                " gpus_lost, simulated)"
+                " SELECT name, %(now)s, %(now)s, collected_at, false, present, driver_version, runtime_installed,"
+                " toolkit_version, attach, cdi_spec_files, cdi_devices, fixes_allowed, gpu_count, vram_total_mib,"
+                " vram_used_mib, utilization_mean, health, problem, gpu_models, 0, 0, false FROM bench_node_in"
+                " ORDER BY name"
+                " ON CONFLICT (name) DO UPDATE SET last_seen = EXCLUDED.last_seen, collected_at = EXCLUDED.collected_at,"
+                " offline = false, present = EXCLUDED.present, driver_version = EXCLUDED.driver_version,"
+                " runtime_installed = EXCLUDED.runtime_installed, toolkit_version = EXCLUDED.toolkit_version,"
+                " attach = EXCLUDED.attach, cdi_spec_files = EXCLUDED.cdi_spec_files,"
+                " cdi_devices = EXCLUDED.cdi_devices, fixes_allowed = EXCLUDED.fixes_allowed,"
+                " gpu_count = EXCLUDED.gpu_count, vram_total_mib = EXCLUDED.vram_total_mib,"
+                " vram_used_mib = EXCLUDED.vram_used_mib, utilization_mean = EXCLUDED.utilization_mean,"
+                " health = EXCLUDED.health, problem = EXCLUDED.problem, gpu_models = EXCLUDED.gpu_models"
+                " WHERE fleet_node.collected_at IS NULL OR fleet_node.collected_at < EXCLUDED.collected_at",
+                {"now": now},
             )
+            updated = cursor.rowcount
+            cursor.execute(
+                'INSERT INTO fleet_device (node_id, uuid, "index", name, vram_total_mib, vram_used_mib,'
+                " utilization_percent, pci_bus_id, temperature_c, power_draw_w, power_limit_w, health, last_seen,"
+                " vanished_at, first_seen, busy_at)"
+                ' SELECT n.id, i.uuid, i."index", i.name, i.vram_total_mib, i.vram_used_mib, i.utilization_percent,'
+                " i.pci_bus_id, i.temperature_c, i.power_draw_w, i.power_limit_w, i.health, %(now)s, NULL,"
+                " i.collected_at, CASE WHEN i.busy THEN i.collected_at END"
+                " FROM bench_device_in i JOIN fleet_node n ON n.name = i.node_name ORDER BY n.id, i.uuid"
+                ' ON CONFLICT (node_id, uuid) DO UPDATE SET "index" = EXCLUDED."index", name = EXCLUDED.name,'
+                " vram_total_mib = EXCLUDED.vram_total_mib, vram_used_mib = EXCLUDED.vram_used_mib,"
+                " utilization_percent = EXCLUDED.utilization_percent, pci_bus_id = EXCLUDED.pci_bus_id,"
+                " temperature_c = EXCLUDED.temperature_c, power_draw_w = EXCLUDED.power_draw_w,"
+                " power_limit_w = EXCLUDED.power_limit_w, health = EXCLUDED.health, last_seen = EXCLUDED.last_seen,"
+                " vanished_at = NULL, busy_at = COALESCE(EXCLUDED.busy_at, fleet_device.busy_at)",
+                {"now": now},
+            )
+            cursor.execute(
+                "UPDATE fleet_device d SET vanished_at = %(now)s FROM fleet_node n WHERE d.node_id = n.id"
+                " AND n.name = ANY(%(names)s) AND d.vanished_at IS NULL AND d.last_seen <> %(now)s",
+                {"now": now, "names": names},
+            )
+            cursor.execute(
+                "INSERT INTO fleet_devicesample (device_id, collected_at, vram_used_mib, utilization_percent,"
+                " temperature_c, power_draw_w)"
+                " SELECT d.id, i.collected_at, i.vram_used_mib, i.utilization_percent, i.temperature_c, i.power_draw_w"
+                " FROM bench_device_in i JOIN fleet_node n ON n.name = i.node_name"
+                " JOIN fleet_device d ON d.node_id = n.id AND d.uuid = i.uuid"
+            )
+            cursor.execute("DELETE FROM fleet_finding f USING fleet_node n WHERE f.node_id = n.id"
+                           " AND n.name = ANY(%(names)s)", {"names": names})
+            cursor.execute(
+                "INSERT INTO fleet_finding (node_id, position, code, name, status, message, fix)"
+                " SELECT n.id, i.position, i.code, i.name, i.status, i.message, i.fix"
+                " FROM bench_finding_in i JOIN fleet_node n ON n.name = i.node_name"
+            )
+        return updated
+

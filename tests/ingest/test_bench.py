@@ -1,0 +1,107 @@
+"""`manage.py bench --json` at a small size: one JSON object on stdout with every
+figure of the fleet-scale targets, each measured (positive) or null with the reason;
+on PostgreSQL the COPY floors are measured, and in CI (Redis there) the real path too.
+It runs as its own process, as an operator runs it: the bench makes and drops a
+database of its own, which a test inside pytest-django's database could not."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from tests.conftest import IN_CI
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = ("overview", "node_table_fragment", "node_page", "node_page_24h", "claims_list", "report_csv",
+         "report_json", "api_nodes", "admin_changelist")
+MEASURED = (
+    "ingest_snapshots_per_s", "ingest_copy_floor_per_s", "ingest_one_per_s", "ingest_batch_per_s",
+    "ratio_ingest_to_copy_floor",
+    *(f"{page}_ms" for page in PAGES), *(f"{page}_queries" for page in PAGES),
+    *(f"ratio_{page}_to_admin" for page in PAGES if page != "admin_changelist"),
+    "report_csv_copy_floor_ms", "ratio_report_csv_to_copy_floor",
+    "metrics_scrape_s", "metrics_scrape_queries", "metrics_scrape_bytes",
+)
+FLOORS = ("ingest_copy_floor_per_s", "ratio_ingest_to_copy_floor", "report_csv_copy_floor_ms",
+          "ratio_report_csv_to_copy_floor")
+# Figures that are null for a reason of their own: a ratio is null when one of its terms is.
+DEPENDS = {"ratio_ingest_to_copy_floor": ("ingest_snapshots_per_s", "ingest_copy_floor_per_s"),
+           "ratio_report_csv_to_copy_floor": ("report_csv_copy_floor_ms",)}
+
+
+def _postgresql() -> bool:
+    return settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+
+
+@pytest.fixture(scope="module")
+def figures(tmp_path_factory):
+    data = tmp_path_factory.mktemp("bench-data")
+    env = {**os.environ, "GPUFLEET_DATA_DIR": str(data), "PROMETHEUS_MULTIPROC_DIR": str(data / "metrics")}
+    env.pop("DJANGO_SETTINGS_MODULE", None)  # the project's settings, as `manage.py` is run
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "bench", "--json", "--nodes", "20", "--ingest", "10", "--repeat", "1"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=150,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert not list(data.glob("gpufleet_bench_*")), "the throwaway database was left behind"
+    return json.loads(proc.stdout), proc.stderr  # json.loads: exactly one JSON document on stdout
+
+
+@pytest.mark.integration
+def test_it_reports_every_figure_with_its_context(figures):
+    result, _ = figures
+    assert result["nodes"] == 20
+    assert result["gpus_per_node"] == 8
+    assert result["ingest_sample"] == 10
+    assert result["engine"] == ("postgresql" if _postgresql() else "sqlite")
+    assert result["measured_at"].startswith("20")
+    missing = [key for key in MEASURED if key not in result]
+    assert not missing, missing
+
+
+@pytest.mark.integration
+def test_each_figure_is_measured_or_says_why_not(figures):
+    result, stderr = figures
+    for key in MEASURED:
+        value = result[key]
+        if value is None:
+            reasons = [result["skipped"].get(k) for k in (key, *DEPENDS.get(key, ()))]
+            assert any(reasons), f"{key} is null without a reason"
+        else:
+            assert isinstance(value, int | float) and value > 0, (key, value)
+    for reason in result["skipped"].values():
+        assert reason in stderr  # said where an operator sees it, too
+    # Every page was read through to the end, and the 24 h page drew its history.
+    assert result["node_page_24h_bytes"] > 2 * result["node_page_bytes"]
+    assert result["metrics_scrape_bytes"] > 20 * 8 * 100
+
+
+@pytest.mark.integration
+def test_on_postgresql_the_floors_are_measured_beside_their_peers(figures):
+    result, _ = figures
+    if not _postgresql():
+        assert result["skipped"]["ingest_copy_floor_per_s"] == "the COPY floor needs PostgreSQL"
+        pytest.skip("the COPY floors need PostgreSQL")
+    for key in FLOORS[:1] + FLOORS[2:3]:
+        assert isinstance(result[key], float) and result[key] > 0, key
+    assert result["ratio_report_csv_to_copy_floor"] == pytest.approx(
+        result["report_csv_ms"] / result["report_csv_copy_floor_ms"], rel=0.01)
+    # The same rows as the site's CSV (the floor quotes a little less): within a factor of two.
+    assert 0.5 < result["report_csv_copy_floor_bytes"] / result["report_csv_bytes"] < 2
+
+
+@pytest.mark.integration
+def test_in_ci_the_real_path_is_measured(figures):
+    result, _ = figures
+    if not IN_CI and result["ingest_snapshots_per_s"] is None:
+        pytest.skip(f"no real path here: {result['skipped']['ingest_snapshots_per_s']}")
+    assert result["ingest_snapshots_per_s"] > 0
+    if _postgresql():
+        assert result["ratio_ingest_to_copy_floor"] == pytest.approx(
+            result["ingest_snapshots_per_s"] / result["ingest_copy_floor_per_s"], rel=0.01)
