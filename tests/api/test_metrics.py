@@ -117,3 +117,15 @@ def test_the_ingest_task_counts_each_snapshot_it_handles():
     for outcome in ("accepted", "stale"):
         key = ("gpufleet_ingest_snapshots_total", (("outcome", outcome),))
         assert after.get(key, 0) - before.get(key, 0) == 1
+
+
+def test_label_values_with_quotes_backslashes_and_newlines_read_back_as_stored(make_fleet):
+    make_fleet(1, gpus=1)
+    model = 'NVIDIA "H200" \\ rev\n2'
+    Device.objects.filter(node__name="node-00").update(name=model)
+    families = {f.name: f for f in text_string_to_metric_families(render().decode())}
+    (sample,) = families["gpufleet_gpu_utilization_percent"].samples
+    assert sample.labels["model"] == model
+    # Each family comes once, with its HELP and TYPE, whatever order the rows came in.
+    assert families["gpufleet_gpu_utilization_percent"].type == "gauge"
+    assert families["gpufleet_node_health"].documentation.startswith("The node's worst finding")
