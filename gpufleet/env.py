@@ -40,14 +40,17 @@ def env_float(name: str, default: float, minimum: float | None = None) -> float:
     return value
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, minimum: int | None = None) -> int:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise SettingError(f"{name}={raw!r} is not a whole number") from None
+    if minimum is not None and value < minimum:
+        raise SettingError(f"{name}={raw!r} must be at least {minimum}")
+    return value
 
 
 def env_list(name: str, default: list[str]) -> list[str]:

@@ -22,11 +22,16 @@ def web(bind: str, workers: int = 2) -> list[str]:
             "--access-logfile", "-"]
 
 
-def ingest_worker(concurrency: int = 1) -> list[str]:
+def ingest_worker(concurrency: int = 1, batch: int | None = None) -> list[str]:
     """The central worker for what agents send (queue "ingest"): one process unless
-    `concurrency` asks for more."""
+    `concurrency` asks for more. It prefetches a batch (GPUFLEET_INGEST_BATCH) per
+    process: the ingest task stores messages in batches (gpufleet/ingest/tasks.py),
+    and with the site's one-at-a-time prefetch no batch could ever fill."""
+    from django.conf import settings
+
     pool = ["--pool", "solo"] if concurrency == 1 else ["--concurrency", str(concurrency)]
-    return [*_CELERY, "worker", "-Q", "ingest", *pool, "-n", "ingest@%h", *_QUIET, "-l", "INFO"]
+    prefetch = ["--prefetch-multiplier", str(batch or settings.GPUFLEET_INGEST_BATCH)]
+    return [*_CELERY, "worker", "-Q", "ingest", *pool, *prefetch, "-n", "ingest@%h", *_QUIET, "-l", "INFO"]
 
 
 def central_beat(data_dir: Path) -> list[str]:

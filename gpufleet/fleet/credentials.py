@@ -5,6 +5,7 @@ written (wire.sign / wire.verify do the cryptography)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import transaction
@@ -53,9 +54,17 @@ def key_for(name: str, generation: int) -> wire.NodeKey | None:
     return _key(name, generation) if valid else None
 
 
-def sender(auth, task: str, args: list) -> str | None:
+def keys_for(auths: list) -> Callable[[str, int], wire.NodeKey | None]:
+    """`key_for` for the nodes that signed `auths` (a batch of messages), in one query."""
+    names = {a["node"] for a in auths if isinstance(a, dict) and isinstance(a.get("node"), str)}
+    valid = set(NodeCredential.objects.filter(name__in=names, revoked_at__isnull=True).values_list("name", "generation"))
+    return lambda name, generation: _key(name, generation) if (name, generation) in valid else None
+
+
+def sender(auth, task: str, args: list, key_for=key_for) -> str | None:
     """The node that signed a message from an agent: its name, or SignatureError. None
-    for an unsigned one while GPUFLEET_ACCEPT_UNSIGNED lets those in (an upgrade)."""
+    for an unsigned one while GPUFLEET_ACCEPT_UNSIGNED lets those in (an upgrade).
+    `key_for`: as `keys_for` gives it for a batch, else one query per message."""
     if auth is None and settings.GPUFLEET_ACCEPT_UNSIGNED:
         log.warning("accepted an unsigned %s message (GPUFLEET_ACCEPT_UNSIGNED is on)", task)
         return None

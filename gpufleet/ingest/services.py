@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from gpufleet import gpu
 from gpufleet.claims.models import Claim
+from gpufleet.core import bulk
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
 from gpufleet.fleet.xids import apply_acknowledgements
 from gpufleet.jobs.models import JobStatus
@@ -154,7 +155,9 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
     if changed_claims:
         Claim.objects.bulk_update(changed_claims, ["missing_devices", "idle_since"])
     _store_findings(all_findings)
-    Node.objects.bulk_update([node for node, _ in fresh], _NODE_FIELDS)
+    # The rows exist (locked above): an upsert is one set-based UPDATE of them, where
+    # bulk_update builds a CASE per row and column.
+    bulk.upsert(Node, [node for node, _ in fresh], ["name"], _NODE_FIELDS)
     return results
 
 
@@ -211,29 +214,19 @@ def _store_devices(fresh: list[tuple[Node, Snapshot]], now) -> dict[int, list[De
     seen = {node.pk: [Device.from_reported(node, d.model_dump(), now) for d in s.devices] for node, s in fresh}
     rows = [device for devices in seen.values() for device in devices]
     _carry_busy(fresh, seen)
-    if rows:
-        Device.objects.bulk_create(
-            rows,
-            update_conflicts=True,
-            unique_fields=["node", "uuid"],
-            update_fields=list(Device.UPDATED_ON_INGEST),
-        )
+    bulk.upsert(Device, rows, ["node", "uuid"], Device.UPDATED_ON_INGEST)
     # A GPU missing from its snapshot keeps its row, marked vanished: every reported
     # one was just stamped last_seen=now, so the others of these nodes are the missing.
     Device.objects.filter(node__in=list(seen), vanished_at__isnull=True).exclude(last_seen=now).update(vanished_at=now)
     collected_at = {node.pk: s.collected_at for node, s in fresh}
-    if rows:
-        DeviceSample.objects.bulk_create(
-            DeviceSample(
-                device_id=d.pk,
-                collected_at=collected_at[d.node_id],
-                vram_used_mib=d.vram_used_mib,
-                utilization_percent=d.utilization_percent,
-                temperature_c=d.temperature_c,
-                power_draw_w=d.power_draw_w,
-            )
+    bulk.insert(
+        DeviceSample,
+        ["device_id", "collected_at", *DeviceSample.MEASURES],
+        [
+            (d.pk, collected_at[d.node_id], d.vram_used_mib, d.utilization_percent, d.temperature_c, d.power_draw_w)
             for d in rows
-        )
+        ],
+    )
     return seen
 
 
@@ -320,10 +313,14 @@ def _overlap_finding(ledger: gpu.Ledger) -> gpu.Finding | None:
 
 def _store_findings(findings: list[tuple[Node, list[gpu.Finding]]]) -> None:
     Finding.objects.filter(node__in=[node for node, _ in findings]).delete()
-    Finding.objects.bulk_create(
-        Finding(node=node, position=i, code=f.code, name=f.name, status=f.status, message=f.message, fix=f.fix)
-        for node, each in findings
-        for i, f in enumerate(each)
+    bulk.insert(
+        Finding,
+        ["node_id", "position", "code", "name", "status", "message", "fix"],
+        [
+            (node.pk, i, f.code, f.name, str(f.status), f.message, f.fix)
+            for node, each in findings
+            for i, f in enumerate(each)
+        ],
     )
 
 

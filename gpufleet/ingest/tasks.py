@@ -1,10 +1,11 @@
 """The ingest task: where agents' snapshots arrive on the central site.
 
 Agents send one message per snapshot to wire.INGEST_TASK (args: snapshot, job_id;
-kwargs: auth, the node's signature). Nothing is written before the signature is
-checked and found to be that of the node the snapshot reports on. The store takes
-batches (`ingest_snapshots`), but the worker still hands it one message at a time:
-celery-batches, which would buffer them, supports only celery < 5.7."""
+kwargs: auth, the node's signature). The worker takes them in batches (celery-batches:
+up to GPUFLEET_INGEST_BATCH messages, or what came within GPUFLEET_INGEST_FLUSH_S) and
+stores each batch in one transaction (`ingest_snapshots`), each snapshot with the
+guarantees it has alone. Nothing is written before a message's signature is checked
+and found to be that of the node the snapshot reports on."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import logging
 import time
 
 from celery import shared_task
+from celery_batches import Batches, consume_queue
+from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from gpufleet import wire
 from gpufleet.fleet import credentials
 from gpufleet.ingest.metrics import record_ingest
-from gpufleet.ingest.services import REJECTED, finish_diagnosis, ingest_snapshots, show_rejection
+from gpufleet.ingest.services import REJECTED, IngestResult, finish_diagnosis, ingest_snapshots, show_rejection
 
 log = logging.getLogger(__name__)
 
@@ -28,34 +31,115 @@ KEY_FIX = ("Give the node's agent its current key: on the central site run `mana
            "the GPUFLEET_AGENT_KEY line it prints into the agent's environment, then restart the agent.")
 
 
-@shared_task(name=wire.INGEST_TASK, ignore_result=True)
-def ingest(snapshot: dict, job_id: int | None = None, auth: dict | None = None) -> str:
-    """Store a snapshot its node signed; when it answers a "diagnose now" job of that
-    node, finish that job."""
+class IngestBatches(Batches):
+    """celery-batches' Batches, made to survive losing the broker. Batches starts its
+    flush timer with the first buffered request and cancels it when the buffer is
+    empty; when the worker loses the broker, Celery clears the event loop's timers,
+    and Batches, still holding its dead timer, never starts another: a lone snapshot
+    would then wait for a full batch. Here the timer is started with each strategy
+    (Celery builds them again on every reconnect, after clearing) and never
+    cancelled. The requests still buffered came on the lost connection and can no
+    longer be acknowledged: Redis hands their messages out again after the visibility
+    timeout, so they are dropped rather than stored twice."""
+
+    abstract = True
+
+    def Strategy(self, task, app, consumer):
+        dropped = len(list(consume_queue(self._buffer))) + len(list(consume_queue(self._pending)))
+        if dropped:
+            log.warning("dropped %d buffered ingest messages of a lost broker connection; "
+                        "the broker delivers them again", dropped)
+        handler = super().Strategy(task, app, consumer)
+        self._tref = consumer.timer.call_repeatedly(self.flush_interval, self._flush_buffered)
+        return handler
+
+    def _flush_buffered(self) -> None:
+        if not self._buffer.empty() or not self._pending.empty():
+            tref, self._tref = self._tref, _NEVER_CANCELLED
+            try:
+                self._do_flush()  # cancels self._tref when it finds nothing left: not ours
+            finally:
+                self._tref = tref
+
+
+class _NeverCancelled:
+    def cancel(self) -> None:
+        pass
+
+
+_NEVER_CANCELLED = _NeverCancelled()
+
+
+@shared_task(base=IngestBatches, name=wire.INGEST_TASK, ignore_result=True,
+             flush_every=settings.GPUFLEET_INGEST_BATCH, flush_interval=settings.GPUFLEET_INGEST_FLUSH_S)
+def ingest(requests: list) -> list[str]:
+    """Store the snapshots of a batch of agents' messages (celery-batches' requests);
+    one outcome per message, in order. The messages are acknowledged (acks_late) once
+    this returns."""
+    return ingest_messages([(list(r.args), dict(r.kwargs)) for r in requests])
+
+
+def ingest_message(snapshot: dict, job_id: int | None = None, auth: dict | None = None) -> str:
+    """One message's outcome: a batch of one."""
+    return ingest_messages([([snapshot, job_id], {"auth": auth})])[0]
+
+
+def ingest_messages(messages: list[tuple[list, dict]]) -> list[str]:
+    """Check each message's signature, store the snapshots of those that pass in one
+    batch, and finish the "diagnose now" jobs they answer."""
     started = time.monotonic()
-    args = [snapshot, job_id]
-    try:
-        signer = with_retries(lambda: credentials.sender(auth, wire.INGEST_TASK, args), "checking a signature")
-        # One that names no node at all is malformed: the store rejects it with its reason.
-        claimed = snapshot.get("node", signer) if isinstance(snapshot, dict) else signer
-        if signer is not None and claimed != signer:
-            raise wire.SignatureError(f"node {signer!r} signed a snapshot of another node")
-    except wire.SignatureError as exc:
-        _refuse(exc, auth, args)
-        record_ingest(REJECTED, time.monotonic() - started)
-        return REJECTED
-    [result] = with_retries(lambda: ingest_snapshots([snapshot]), "storing a snapshot")
-    record_ingest(result.outcome, time.monotonic() - started)
-    if job_id is not None:
-        finish_diagnosis(job_id, result, node=signer)
-    return result.outcome
+    outcomes: list[str | None] = [None] * len(messages)
+    signed = _signers(messages)
+    stored = [(i, args, signer) for i, (args, signer) in enumerate(signed) if signer is not _REFUSED]
+    results: list[IngestResult] = []
+    if stored:
+        results = store_with_retries([args[0] for _, args, _ in stored])
+    elapsed = time.monotonic() - started
+    for (i, args, signer), result in zip(stored, results, strict=True):
+        outcomes[i] = result.outcome
+        if len(args) > 1 and args[1] is not None:
+            finish_diagnosis(args[1], result, node=signer)
+    for i, outcome in enumerate(outcomes):
+        outcomes[i] = outcome or REJECTED
+        record_ingest(outcomes[i], elapsed)
+    return outcomes  # type: ignore[return-value]
 
 
-def _refuse(exc: wire.SignatureError, auth, args: list) -> None:
-    claimed = args[0].get("node") if isinstance(args[0], dict) else None
+_REFUSED = object()
+
+
+def _signers(messages: list[tuple[list, dict]]) -> list[tuple[list, object]]:
+    """Each message's args and the node that signed it (None: unsigned, let in by
+    GPUFLEET_ACCEPT_UNSIGNED), or _REFUSED, its refusal logged and, where it is the
+    node's own message signed with an old key, shown on the node's page."""
+    auths = [kwargs.get("auth") if isinstance(kwargs, dict) else None for _, kwargs in messages]
+    key_for = with_retries(lambda: credentials.keys_for(auths), "checking signatures")
+    signed = []
+    for (args, kwargs), auth in zip(messages, auths, strict=True):
+        try:
+            if not isinstance(args, list) or not 1 <= len(args) <= 2 or set(kwargs) - {"auth"}:
+                raise wire.SignatureError("the message is malformed: expected args (snapshot, job_id) and auth")
+            signer = credentials.sender(auth, wire.INGEST_TASK, args, key_for)
+            # One that names no node at all is malformed: the store rejects it with its reason.
+            claimed = args[0].get("node", signer) if isinstance(args[0], dict) else signer
+            if signer is not None and claimed != signer:
+                raise wire.SignatureError(f"node {signer!r} signed a snapshot of another node")
+        except wire.SignatureError as exc:
+            _refuse(exc, auth, args)
+            signed.append((args, _REFUSED))
+            continue
+        signed.append((args, signer))
+    return signed
+
+
+def _refuse(exc: wire.SignatureError, auth, args) -> None:
+    first = args[0] if isinstance(args, list) and args else None
+    claimed = first.get("node") if isinstance(first, dict) else None
     # The name comes from the message: bounded, and repr() so it cannot forge log lines.
     log.warning("refused a snapshot for node %s: %s", repr(claimed)[:wire.LINE_MAX], exc)
-    if with_retries(lambda: credentials.signed_with_old_key(auth, wire.INGEST_TASK, args), "checking a signature"):
+    if isinstance(args, list) and with_retries(
+        lambda: credentials.signed_with_old_key(auth, wire.INGEST_TASK, args), "checking a signature"
+    ):
         show_rejection(auth["node"], str(exc), KEY_FIX.format(name=auth["node"]))
 
 

@@ -42,8 +42,8 @@ def alpha_agent(settings):
 
 def _deliver(sent):
     """Hand the agent's messages to the central tasks, as the ingest worker would."""
-    central = {wire.INGEST_TASK: ingest_tasks.ingest, wire.JOB_PROGRESS_TASK: job_tasks.job_progress}
-    return [central[name].run(*args, **kwargs) for name, args, kwargs in sent]
+    central = {wire.INGEST_TASK: ingest_tasks.ingest_message, wire.JOB_PROGRESS_TASK: job_tasks.job_progress.run}
+    return [central[name](*args, **kwargs) for name, args, kwargs in sent]
 
 
 def test_what_the_agent_sends_is_signed_and_stored(alpha_agent, outbox):

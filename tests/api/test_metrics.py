@@ -111,8 +111,8 @@ def test_the_ingest_task_counts_each_snapshot_it_handles():
 
     before = _samples(render().decode())
     good = signed_ingest(snapshot("alpha", 1))
-    assert tasks.ingest.run(**good) == "accepted"
-    assert tasks.ingest.run(**good) == "stale"
+    assert tasks.ingest_message(**good) == "accepted"
+    assert tasks.ingest_message(**good) == "stale"
     after = _samples(render().decode())
     for outcome in ("accepted", "stale"):
         key = ("gpufleet_ingest_snapshots_total", (("outcome", outcome),))

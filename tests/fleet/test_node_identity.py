@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 
 
 def _run(snap, auth, job_id=None) -> str:
-    return tasks.ingest.run(snap, job_id, auth=auth)
+    return tasks.ingest_message(snap, job_id, auth=auth)
 
 
 def _signed_by(node: str, snap: dict, job_id=None) -> dict:
@@ -33,7 +33,7 @@ def _signed_by(node: str, snap: dict, job_id=None) -> dict:
 
 
 def test_a_snapshot_its_own_node_signed_is_stored():
-    assert tasks.ingest.run(**signed_ingest(snapshot("alpha", 2))) == "accepted"
+    assert tasks.ingest_message(**signed_ingest(snapshot("alpha", 2))) == "accepted"
     assert Node.objects.get(name="alpha").gpu_count == 2
 
 
@@ -147,7 +147,7 @@ def test_a_node_reports_progress_only_on_its_own_jobs(caplog):
 def test_a_snapshot_does_not_finish_another_nodes_job():
     alpha = ingest("alpha", 1)
     job = Job.objects.create(node=alpha, kind=JobKind.DIAGNOSE)
-    assert tasks.ingest.run(**signed_ingest(snapshot("bravo", 1), job.pk)) == "accepted"
+    assert tasks.ingest_message(**signed_ingest(snapshot("bravo", 1), job.pk)) == "accepted"
     job.refresh_from_db()
     assert job.status == JobStatus.QUEUED
 

@@ -13,7 +13,7 @@ from gpufleet.core import processes
 from gpufleet.fleet import history, tasks
 from gpufleet.fleet.models import DeviceSample, DeviceSample5m, Node
 from gpufleet.ingest.services import ingest_snapshot
-from gpufleet.ingest.tasks import ingest as ingest_task
+from gpufleet.ingest.tasks import ingest_message
 from tests.factories import signed_ingest, snapshot
 
 pytestmark = pytest.mark.django_db
@@ -86,6 +86,6 @@ def test_the_ingest_task_finishes_the_job_it_answers(admin_user):
     ingest_snapshot(snapshot("n", gpus=1))
     job = Job.objects.create(node=Node.objects.get(name="n"), kind=JobKind.DIAGNOSE)
     snap = snapshot("n", gpus=1, at=timezone.now() + timedelta(seconds=1))
-    assert ingest_task(**signed_ingest(snap, job.pk)) == "accepted"
+    assert ingest_message(**signed_ingest(snap, job.pk)) == "accepted"
     job.refresh_from_db()
     assert job.status == JobStatus.DONE

@@ -32,7 +32,7 @@ def delivered(monkeypatch):
 
     def deliver(name, args=None, kwargs=None, queue=None, **options):
         assert (name, queue) == ("gpufleet.fleet.tasks.ingest", "ingest")
-        outcomes.append(tasks.ingest.run(*args, **kwargs))
+        outcomes.append(tasks.ingest_message(*args, **kwargs))
 
     monkeypatch.setattr(app, "send_task", deliver)
     return outcomes

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from django.conf import settings
 from django.db import connection
 
 from gpufleet.core.workers import REPO, WorkerDidNotStart, WorkerProcess, database_url, running_worker
@@ -25,6 +26,9 @@ def database_url_for_workers() -> str:
 def celery_worker(name: str, queues: str, env: dict[str, str], beat_file: Path | None = None) -> Iterator[WorkerProcess]:
     argv = [sys.executable, "-m", "celery", "-A", "gpufleet.celery", "worker", "-Q", queues,
             "--pool", "solo", "-n", f"{name}@%h", "--without-mingle", "--without-gossip", "-l", "INFO"]
+    if "ingest" in queues.split(","):
+        # As the deployment runs it (processes.ingest_worker): a batch's worth prefetched.
+        argv += ["--prefetch-multiplier", str(settings.GPUFLEET_INGEST_BATCH)]
     if beat_file is not None:
         argv += ["-B", "-s", str(beat_file)]
     try:
