@@ -331,9 +331,21 @@ _FALSE = {"disabled", "no", "not active", "off"}
 
 
 def _value(f: SmiField, value: str, row: int, line: str):
-    """One field's value: None for nvidia-smi's placeholders, else by the field's kind."""
+    """One field's value: None for nvidia-smi's placeholders, else by the field's kind.
+    A health field this code cannot read (a word or unit some driver prints that we
+    have not seen) is unknown too: an extra field must never cost detection. Only the
+    reference fields must read, or the row is not one."""
     if _PLACEHOLDER.fullmatch(value):
         return None
+    if f not in REFERENCE_FIELDS:
+        try:
+            return _read(f, value, row, line)
+        except SmiParseError:
+            return None
+    return _read(f, value, row, line)
+
+
+def _read(f: SmiField, value: str, row: int, line: str):
     if f.kind == "text":
         return value
     if f.kind == "bool":

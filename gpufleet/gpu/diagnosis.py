@@ -85,7 +85,7 @@ SMI_FAILURE_REMEDIES: tuple[tuple[str, str], ...] = (
         " (e.g. sudo apt-get install --reinstall libnvidia-compute-<driver branch>).",
     ),
     ("nvml shared library", "The driver's user-space libraries are missing: reinstall the NVIDIA driver."),
-    ("gpu is lost", xids.INSPECT),
+    ("gpu is lost", xids.LOST_GPU),
     ("fallen off the bus", xids.INSPECT),
 )
 
@@ -318,7 +318,7 @@ def _lost_finding(lost) -> Finding:
         f"GPU at PCI {lost.pci_bus_id}",
         Status.FAIL,
         f"nvidia-smi cannot reach the GPU at PCI {lost.pci_bus_id}: {lost.reason}",
-        xids.INSPECT,
+        xids.LOST_GPU,
     )
 
 

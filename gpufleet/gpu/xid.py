@@ -26,6 +26,8 @@ RESTART_APP = "Restart the application; if it recurs, debug it (compute-sanitize
 RESET_GPU = "Drain the GPU and reset it (nvidia-smi -r -i <index>), or reboot the node."
 REBOOT = "Drain the node and reboot it."
 INSPECT = "Drain the node, reboot it, and if the error returns have the hardware inspected (RMA)."
+LOST_GPU = ("Drain the node and try a GPU reset (nvidia-smi -r -i <index>); if the GPU stays lost, reboot,"
+            " and if it is lost again have the hardware inspected (RMA).")
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,10 @@ def parse_kernel_log(text: str, now: datetime) -> list[XidEvent]:
                 continue
             event = XidEvent(named, FALLEN_OFF_THE_BUS, _line_time(line, now), "GPU has fallen off the bus")
         # The driver reports one fall in several lines (and as Xid 79 too): count it once.
-        if events and (events[-1].pci, events[-1].xid, events[-1].at) == (event.pci, event.xid, event.at):
+        # Other Xids repeat for real, within a second or on lines without a time.
+        if event.xid == FALLEN_OFF_THE_BUS and events and (events[-1].pci, events[-1].xid, events[-1].at) == (
+            event.pci, event.xid, event.at
+        ):
             continue
         events.append(event)
     return events

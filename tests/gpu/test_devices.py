@@ -6,6 +6,7 @@ import pytest
 
 from gpufleet.gpu import (
     INSTALL_HINT,
+    REFERENCE_FIELDS,
     REFERENCE_QUERY_ARGV,
     Device,
     DockerInfo,
@@ -14,6 +15,7 @@ from gpufleet.gpu import (
     detect,
     parse_smi,
 )
+from gpufleet.gpu.devices import HEALTH_FIELDS
 from tests.fakes.memory import SMI, exited, failed, host
 from tests.fakes.recorded import recording
 
@@ -90,6 +92,17 @@ def test_it_skips_warnings_around_good_rows():
     driver, devices = parse_smi(recording("smi-2x-warnings-around-rows.txt"))
     assert driver == "560.35.03"
     assert [d.index for d in devices] == [0, 1]
+
+
+def test_an_unreadable_health_value_is_unknown_and_costs_no_gpu():
+    query = [*REFERENCE_FIELDS, HEALTH_FIELDS[0], HEALTH_FIELDS[10], HEALTH_FIELDS[1]]  # bus id, ECC mode, temperature
+    row = "0, GPU-aaaa, NVIDIA H100, 81559, 10, 3, 550.90.07, 00000000:18:00.0, Pending, 41 C"
+    _, [device] = parse_smi(row, query)
+    assert (device.pci_bus_id, device.ecc_mode, device.temperature_c) == ("00000000:18:00.0", None, None)
+    assert device.vram_total_mib == 81559
+    # A reference field must still read, or the row is not a GPU's.
+    with pytest.raises(SmiParseError, match="memory.total 'lots' is not a number"):
+        parse_smi(row.replace("81559", "lots"), query)
 
 
 def test_it_names_the_row_it_cannot_read():

@@ -86,10 +86,10 @@ def test_it_reads_the_true_words_as_true(value):
     assert gpu.parse_smi(f"0, GPU-a, T4, 1, 0, 0, 1.0, {value}\n", gpu.REFERENCE_FIELDS + (field,))[1][0].persistence_mode
 
 
-def test_it_refuses_a_boolean_it_does_not_know():
+def test_a_boolean_it_does_not_know_is_unknown():
     (field,) = [f for f in gpu.ALL_FIELDS if f.query == "persistence_mode"]
-    with pytest.raises(gpu.SmiParseError, match="persistence_mode 'Maybe'"):
-        gpu.parse_smi("0, GPU-a, T4, 1, 0, 0, 1.0, Maybe\n", gpu.REFERENCE_FIELDS + (field,))
+    _, [device] = gpu.parse_smi("0, GPU-a, T4, 1, 0, 0, 1.0, Maybe\n", gpu.REFERENCE_FIELDS + (field,))
+    assert device.persistence_mode is None
 
 
 # --- older drivers -------------------------------------------------------------
@@ -179,7 +179,7 @@ def test_it_keeps_the_good_gpus_when_one_is_lost_exit_15_and_fails_the_lost_one(
     assert [d.index for d in diagnosis.info.devices] == [0, 1, 3]
     lost = finding(diagnosis, "lost:0000:3A:00.0")
     assert lost.status == Status.FAIL and "0000:3A:00.0" in lost.message and "GPU is lost" in lost.message
-    assert "reboot" in lost.fix.lower() and "hardware" in lost.fix.lower()
+    assert "nvidia-smi -r" in lost.fix and "reboot" in lost.fix.lower() and "hardware" in lost.fix.lower()
     assert diagnosis.failed
 
 
@@ -262,6 +262,16 @@ def test_it_reads_fallen_off_the_bus_from_dmesg_t_once_as_xid_79():
     (xid,) = diagnosis.info.devices[7].xid_errors
     assert (xid.xid, xid.count, xid.last_seen) == (79, 1, "2026-12-03T15:40:02+00:00")
     assert finding(diagnosis, "gpu7.xid").status == Status.FAIL
+
+
+def test_repeated_xids_each_count_even_within_one_second_or_without_a_time():
+    now = datetime(2026, 12, 3, 16, 0, tzinfo=UTC)
+    same_second = "\n".join(
+        ["2026-12-03T15:00:01,000000+00:00 NVRM: Xid (PCI:0000:18:00): 13, pid=7, name=python, Graphics Exception"] * 3
+    )
+    untimed = "\n".join(["[  12.5] NVRM: Xid (0000:18:00): 31, Ch 00000010, intr 10000000"] * 2)
+    assert [e.xid for e in gpu.parse_kernel_log(same_second, now)] == [13, 13, 13]
+    assert [e.xid for e in gpu.parse_kernel_log(untimed, now)] == [31, 31]
 
 
 def test_it_reads_plain_dmesg_without_wall_clock_times():
