@@ -54,20 +54,10 @@ class IngestBatches(Batches):
         return handler
 
     def _flush_buffered(self) -> None:
-        if not self._buffer.empty() or not self._pending.empty():
-            tref, self._tref = self._tref, _NEVER_CANCELLED
-            try:
-                self._do_flush()  # cancels self._tref when it finds nothing left: not ours
-            finally:
-                self._tref = tref
-
-
-class _NeverCancelled:
-    def cancel(self) -> None:
-        pass
-
-
-_NEVER_CANCELLED = _NeverCancelled()
+        # Batches' flush cancels the timer when it finds nothing ready: call it only
+        # when something is buffered.
+        if not self._buffer.empty():
+            self._do_flush()
 
 
 @shared_task(base=IngestBatches, name=wire.INGEST_TASK, ignore_result=True,
