@@ -24,6 +24,9 @@ def node_summary(node: Node) -> dict:
         "vram_used_mib": node.vram_used_mib,
         "gpus_reserved": node.gpus_reserved,
         "gpus_free": node.gpus_free,
+        # GPUs the node had and no longer reports, and its worst finding in words.
+        "gpus_lost": node.gpus_lost,
+        "problem": node.problem,
         "driver_version": node.driver_version,
         "toolkit_version": node.toolkit_version,
         "attach": node.attach,

@@ -20,6 +20,8 @@ NODE_FIELDS = {
     "vram_used_mib",
     "gpus_reserved",
     "gpus_free",
+    "gpus_lost",
+    "problem",
     "driver_version",
     "toolkit_version",
     "attach",
@@ -53,6 +55,13 @@ def test_it_lists_nodes_with_their_figures(viewer_client, operator):
     assert first["toolkit_version"].endswith("1.18.2")
     assert first["collected_at"] and first["last_seen"]
     assert (second["name"], second["status"], second["gpu_count"], second["attach"]) == ("beta", "fail", 0, "none")
+    assert first["problem"] == "" and second["problem"] and first["gpus_lost"] == 0
+
+
+def test_it_lists_a_node_that_lost_a_gpu_with_its_lost_capacity_and_problem(viewer_client):
+    shrink_node(ingest("gamma", 2), 1)
+    [node] = viewer_client.get("/api/nodes/").json()["results"]
+    assert node["gpus_lost"] == 1 and node["problem"].startswith("Lost GPUs")
 
 
 def test_it_pages_with_page(viewer_client, monkeypatch):
