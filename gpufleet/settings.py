@@ -315,6 +315,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # the redelivery at the timeout plus that.
     "unacked_restore_interval": min(10, GPUFLEET_BROKER_VISIBILITY_TIMEOUT),
     "unacked_restore_throttle": 1,
+    # The lock a sweep holds, which a worker killed mid-sweep leaves behind: kombu's
+    # 300 s default then stops every sweep for five minutes. A sweep takes
+    # milliseconds; a second one overlapping it at worst hands a message out twice,
+    # which ingest ignores as stale and agents refuse as a job already run.
+    "unacked_mutex_expire": min(10, GPUFLEET_BROKER_VISIBILITY_TIMEOUT),
 }
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
