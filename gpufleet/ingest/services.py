@@ -58,6 +58,7 @@ def ingest_snapshots(datas: list, now=None) -> list[IngestResult]:
     results: list[IngestResult | None] = [None] * len(datas)
     rejected: dict[str, tuple[int, str]] = {}  # node -> (position, reason) of its last rejection
     newest: dict[str, tuple[int, Snapshot]] = {}
+    superseded: list[tuple[int, str]] = []  # (position, node) of those a newer one in the batch replaced
     for position, data in enumerate(datas):
         try:
             snapshot = _validated(data, now)
@@ -71,10 +72,10 @@ def ingest_snapshots(datas: list, now=None) -> list[IngestResult]:
             continue
         kept = newest.get(snapshot.node)
         if kept is not None and snapshot.collected_at <= kept[1].collected_at:
-            results[position] = IngestResult(STALE, snapshot.node, "a newer snapshot of this node came in the same batch")
+            superseded.append((position, snapshot.node))
             continue
         if kept is not None:
-            results[kept[0]] = IngestResult(STALE, snapshot.node, "a newer snapshot of this node came in the same batch")
+            superseded.append((kept[0], snapshot.node))
         newest[snapshot.node] = (position, snapshot)
 
     batch = sorted(newest.values(), key=lambda item: item[1].node)
@@ -101,6 +102,14 @@ def ingest_snapshots(datas: list, now=None) -> list[IngestResult]:
             results[position] = stored[snapshot.node]
             if stored[snapshot.node].outcome == REJECTED:
                 rejected[snapshot.node] = (position, stored[snapshot.node].reason)
+    for position, name in superseded:
+        # Stale when the newer one stored or was itself stale; where the database
+        # refused the newer one, the older one was not stored either: say so.
+        newer = results[newest[name][0]]
+        if newer.outcome == REJECTED:
+            results[position] = IngestResult(REJECTED, name, "a newer snapshot of this node in the same batch was refused")
+        else:
+            results[position] = IngestResult(STALE, name, "a newer snapshot of this node came in the same batch")
 
     # A rejection shows on its node unless a snapshot of that node stored after it
     # (later in the batch) already says something newer.
@@ -394,4 +403,9 @@ def finish_diagnosis(job_id: int, result: IngestResult, node: str | None = None)
     `node` (the snapshot's signer; None only for unsigned ones, see credentials.sender)."""
     if result.outcome == ACCEPTED:
         return report_progress(job_id, JobStatus.DONE, "new snapshot stored", node=node)
+    if result.outcome == STALE:
+        # A newer snapshot of the node (taken after this one, so after the request)
+        # is stored: that answers "diagnose now" too. With batched ingest the agent's
+        # next scheduled snapshot often lands in the same batch as the job's.
+        return report_progress(job_id, JobStatus.DONE, "a newer snapshot of the node is stored", node=node)
     return report_progress(job_id, JobStatus.FAILED, error=f"snapshot {result.outcome}: {result.reason}", node=node)

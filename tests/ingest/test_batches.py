@@ -106,6 +106,39 @@ def test_the_ingest_task_finishes_the_job_its_snapshot_answers(admin_user):
     assert job.status == JobStatus.DONE
 
 
+def test_a_diagnosis_is_done_when_a_newer_snapshot_of_its_node_lands_in_the_same_batch(admin_user):
+    """The agent's next scheduled snapshot, taken after the job's, often arrives in the
+    job's batch; the job's snapshot is then superseded, and the newer one answers it."""
+    node = Node.objects.create(name="n")
+    job = Job.objects.create(node=node, kind=JobKind.DIAGNOSE, requested_by=admin_user)
+    answer = snapshot("n", gpus=1)
+    scheduled = snapshot("n", gpus=1, at=later(answer))
+    messages = [signed_ingest(answer, job.pk), signed_ingest(scheduled)]
+    requests = [_request([m["snapshot"], m["job_id"]], {"auth": m["auth"]}) for m in messages]
+    assert tasks.ingest.run(requests) == [STALE, ACCEPTED]
+    job.refresh_from_db()
+    assert job.status == JobStatus.DONE and job.output == "a newer snapshot of the node is stored"
+
+
+def test_a_snapshot_superseded_by_one_the_database_refuses_is_rejected_too(monkeypatch):
+    """Neither was stored, so the older one must not read as merely stale."""
+    from_reported = Device.from_reported.__func__
+
+    def refusing(cls, node, reported, now):
+        device = from_reported(cls, node, reported, now)
+        if reported.get("vram_used_mib") == 666:
+            device.index = None
+        return device
+
+    monkeypatch.setattr(Device, "from_reported", classmethod(refusing))
+    older = snapshot("n", gpus=1)
+    newer = snapshot("n", gpus=1, used_mib=666, at=later(older))
+    results = ingest_snapshots([older, newer])
+    assert [r.outcome for r in results] == [REJECTED, REJECTED]
+    assert results[0].reason == "a newer snapshot of this node in the same batch was refused"
+    assert not Node.objects.filter(name="n").exists()
+
+
 def _request(args, kwargs) -> SimpleRequest:
     return SimpleRequest("id", wire.INGEST_TASK, args, kwargs, {}, "ingest@test", True, None, None, {})
 

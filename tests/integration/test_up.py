@@ -132,7 +132,11 @@ def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
         assert _query(db, samples)[0][0] == expected  # none lost, none twice
         placeholders = ",".join("?" * len(jobs))
         done = f"select count(*) from jobs_job where id in ({placeholders}) and status='done'"
-        _wait(lambda: _query(db, done, *jobs)[0][0] == len(set(jobs)), 60, "every diagnose-now job done", up)
+        try:
+            _wait(lambda: _query(db, done, *jobs)[0][0] == len(set(jobs)), 60, "every diagnose-now job done", up)
+        except AssertionError as exc:
+            states = _query(db, f"select id, status, output, error from jobs_job where id in ({placeholders})", *jobs)
+            raise AssertionError(f"{exc}: {states}") from None
         log.seek(0)
         assert " exited with code " not in log.read(), "a process of up died under load"
         _wait(lambda: _query(db, "select gpu_count from fleet_node where name='demo-1'") == [(8,)], 30, "demo-1", up)
