@@ -65,6 +65,8 @@ HEALTH_FIELDS: tuple[SmiField, ...] = (
     SmiField("mig.mode.current", "mig_mode", "bool"),
 )
 ALL_FIELDS = REFERENCE_FIELDS + HEALTH_FIELDS
+# Drivers before R535 know the clock-event reasons by their old name only.
+_OLD_NAMES = {"clocks_event_reasons.": "clocks_throttle_reasons."}
 THROTTLE_REASONS = tuple(f.key for f in HEALTH_FIELDS if f.query.startswith("clocks_event_reasons."))
 # Kept from the first reference query: tests and tools compare against it.
 SMI_FIELDS = len(REFERENCE_FIELDS)
@@ -87,7 +89,8 @@ class SmiQuery:
     """The `--query-gpu` fields this host's driver accepts.
 
     Starts with every field; a field the driver rejects is dropped with the fields
-    of its group (an old driver that lacks `remapped_rows.pending` lacks them all).
+    of its group (an old driver that lacks `remapped_rows.pending` lacks them all),
+    and asked again by its old name where it had one (`clocks_throttle_reasons.*`).
     Keep one per agent process so each rejection costs one retry, once."""
 
     def __init__(self) -> None:
@@ -98,7 +101,13 @@ class SmiQuery:
     def fields(self) -> tuple[SmiField, ...]:
         if self.reference_only:
             return REFERENCE_FIELDS
-        return REFERENCE_FIELDS + tuple(f for f in HEALTH_FIELDS if f.query not in self.rejected)
+        asked = []
+        for field in HEALTH_FIELDS:
+            if field.query not in self.rejected:
+                asked.append(field)
+            elif (old := _old_name(field)) is not None and old.query not in self.rejected:
+                asked.append(old)
+        return REFERENCE_FIELDS + tuple(asked)
 
     def argv(self) -> list[str]:
         return smi_query_argv(self.fields)
@@ -106,7 +115,8 @@ class SmiQuery:
     def reject(self, query: str) -> bool:
         """Drop `query` and its group; False when it is not an optional field we asked for."""
         group = _field_group(query)
-        dropped = {f.query for f in HEALTH_FIELDS if f.query not in self.rejected and _field_group(f.query) == group}
+        optional = self.fields[len(REFERENCE_FIELDS):]
+        dropped = {f.query for f in optional if _field_group(f.query) == group}
         if query not in dropped:
             return False
         self.rejected |= dropped
@@ -114,11 +124,18 @@ class SmiQuery:
 
 
 # Fields that drivers added (or renamed) together: one rejected means all are unknown.
-_FIELD_GROUPS = ("clocks_event_reasons.", "remapped_rows.", "ecc.errors.")
+_FIELD_GROUPS = ("clocks_event_reasons.", "clocks_throttle_reasons.", "remapped_rows.", "ecc.errors.")
 
 
 def _field_group(query: str) -> str:
     return next((prefix for prefix in _FIELD_GROUPS if query.startswith(prefix)), query)
+
+
+def _old_name(field: SmiField) -> SmiField | None:
+    for new, old in _OLD_NAMES.items():
+        if field.query.startswith(new):
+            return replace(field, query=old + field.query[len(new):])
+    return None
 
 
 INSTALL_COMMAND = (

@@ -346,14 +346,18 @@ def _gpu_health_findings(device: Device, temperature_warn_c: float) -> list[Find
                 "Reset the GPU or reboot to apply it (nvidia-smi -r -i <index> once it is idle).",
             )
         )
-    if throttle & {"hw_slowdown", "hw_thermal_slowdown"}:
+    # The driver sets hw_slowdown whenever hardware slows the clocks, a power brake
+    # included: with the brake active, only hw_thermal_slowdown says it is heat.
+    hardware = throttle & {"hw_slowdown", "hw_thermal_slowdown"}
+    if "hw_power_brake_slowdown" in throttle:
+        hardware -= {"hw_slowdown"}
+    if hardware:
         findings.append(
             Finding(
                 f"{code}.thermal",
                 label,
                 Status.FAIL,
-                f"Hardware slowdown active ({', '.join(sorted(throttle & {'hw_slowdown', 'hw_thermal_slowdown'}))})"
-                + _temperature(device),
+                f"Hardware slowdown active ({', '.join(sorted(hardware))}){_temperature(device)}",
                 "Check cooling and airflow (fans, blocked inlets, data-centre temperature), then the power supply.",
             )
         )
@@ -415,15 +419,16 @@ def _unmatched_xid_findings(events) -> list[Finding]:
 
 def _persistence_findings(devices: Sequence[Device]) -> list[Finding]:
     # Windows reports no persistence mode (None): only an explicit "Disabled" counts.
-    off = [d.index for d in devices if d.persistence_mode is False]
+    off = [d for d in devices if d.persistence_mode is False]
     if not off:
         return []
+    which = ", ".join(f"{d.index} at PCI {d.pci_bus_id}" if d.pci_bus_id else str(d.index) for d in off)
     return [
         Finding(
             "persistence",
             "Persistence mode",
             Status.WARN,
-            f"Persistence mode is off on {_plural(len(off), 'GPU')} ({', '.join(map(str, off))}):"
+            f"Persistence mode is off on {_plural(len(off), 'GPU')} ({which}):"
             " every nvidia-smi call and CUDA start then re-initialises the driver, taking seconds",
             PERSISTENCE_COMMAND,
         )

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpufleet.agent import fixes
 from gpufleet.gpu import CommandResult
+from tests.fakes.recorded import DATA_DIR
 
 
 class RecordingRunner:
@@ -49,6 +52,17 @@ def test_a_failing_step_stops_the_fix_and_says_why(settings):
     assert result.error == "nvidia-ctk exited with code 1"
     assert "permission denied" in result.output
     assert runner.calls == [first]
+
+
+def test_the_persistence_fix_turns_persistence_mode_on_through_nvidia_smi(settings, fake_host):
+    fake_host.smi(DATA_DIR / "health" / "smi-8x-h100-failing.csv")
+    settings.GPUFLEET_AGENT_FIXES = ["persistence"]
+    result = fixes.apply_fix("persistence")
+    assert result.ok, result.error
+    assert result.output.startswith("$ nvidia-smi -pm 1\nEnabled persistence mode for GPU 00000000:18:00.0.")
+    assert result.output.endswith("All done.")
+    calls = [json.loads(line)["argv"] for line in fake_host.log_path.read_text().splitlines()]
+    assert calls == [["-pm", "1"]]
 
 
 @pytest.mark.parametrize("code", sorted(fixes.FIX_COMMANDS))

@@ -175,12 +175,14 @@ class FakeHost:
         exit_code: int | None = None,
         stderr: str | os.PathLike[str] | None = None,
         stream: str = "stdout",
+        listing: str | os.PathLike[str] | None = None,
     ) -> None:
         """nvidia-smi prints a recorded output: a short name of recorded.SMI_OUTPUTS ("h200",
         "a40", "mixed", "util-na", "memory-na", "warnings", "garbage-row", "empty", "error-9",
         "error-18") or a file name under data/, a file path, or None (nothing). Error names
         exit with their code (9, 18) unless exit_code is given; stream="stderr" prints the
-        output there."""
+        output there. `nvidia-smi -L` prints `listing` (a recording, e.g. of MIG devices),
+        or else one line per GPU of the output."""
         if exit_code is None:
             exit_code = SMI_ERROR_EXIT.get(output, 0) if isinstance(output, str) else 0
         text = self._resolve(output)
@@ -190,6 +192,9 @@ class FakeHost:
         elif stream != "stdout":
             raise ValueError("stream is 'stdout' or 'stderr'")
         self._set_tool("nvidia-smi", stdout=text, stderr=err, exit_code=exit_code)
+        self._mp.delenv("FAKE_SMI_LIST", raising=False)
+        if listing is not None:
+            self._mp.setenv("FAKE_SMI_LIST", self._resolve(listing))
 
     def smi_text(
         self, stdout: str | bytes = "", stderr: str | bytes = "", exit_code: int = 0

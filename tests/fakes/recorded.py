@@ -13,7 +13,8 @@ in memory.py) and by the domain tests, always through `data_path` / `recording`.
 - `docker-info-*.json`: Docker Engine `/info` bodies, see `docker_payload`.
 - `health/`: the full health query of several GPU families (a header row names the fields
   that driver knows, see smi_query.py; `.exitN` in a name is nvidia-smi's exit code), kernel
-  logs in each dmesg prefix format (and a refused read), an `nvidia-smi -L` of a MIG host.
+  logs in each dmesg prefix format (and a refused read), an `nvidia-smi -L` of a MIG host;
+  `smi-2x-a100-r525.csv` is a driver before R535 (clock-event reasons as clocks_throttle_reasons).
 """
 
 from __future__ import annotations

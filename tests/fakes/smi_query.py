@@ -63,3 +63,17 @@ def _row(line: str, width: int) -> list[str] | None:
         return None
     values = [v.strip() for v in next(csv.reader([line.strip()], skipinitialspace=True))]
     return values if len(values) == width else None
+
+
+def listing(recording: str) -> str:
+    """What `nvidia-smi -L` prints for the GPUs of a recording (no MIG devices)."""
+    text, _, _ = answer(["--query-gpu=index,name,uuid"], recording, 0)
+    rows = [row for line in text.splitlines() if (row := _row(line, 3)) is not None]
+    return "".join(f"GPU {index}: {name} (UUID: {uuid})\n" for index, name, uuid in rows)
+
+
+def persistence_on(recording: str) -> str:
+    """What `nvidia-smi -pm 1` prints for the GPUs of a recording that has pci.bus_id."""
+    text, _, _ = answer(["--query-gpu=pci.bus_id"], recording, 0)
+    buses = [line.strip() for line in text.splitlines() if line.strip().startswith("0")]
+    return "".join(f"Enabled persistence mode for GPU {bus}.\n" for bus in buses) + "All done.\n"

@@ -15,7 +15,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from gpufleet.fleet.models import Node
-from tests.fakes.recorded import DATA_DIR
+from tests.fakes.recorded import DATA_DIR, H200_UUIDS
 
 REPO = Path(__file__).resolve().parents[2]
 DOCTOR_KEYS = [
@@ -80,6 +80,9 @@ HEALTH = DATA_DIR / "health"
                                 "remapped_rows_pending": None, "mig_mode": None, "persistence_mode": False}),
         # Windows: CRLF, no persistence mode
         ("smi-1x-windows-a4000.csv", {"name": "NVIDIA RTX A4000", "persistence_mode": None, "ecc_mode": False}),
+        # a driver before R535: the clock-event reasons by their old name
+        ("smi-2x-a100-r525.csv", {"temperature_c": 88, "remapped_rows_correctable": 0,
+                                  "throttle_reasons": ["hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown"]}),
         # an older driver that rejects the throttle and row-remapping fields
         ("smi-1x-v100-r450.csv", {"name": "Tesla V100-SXM2-32GB", "temperature_c": 36, "throttle_reasons": None,
                                   "remapped_rows_correctable": None, "ecc_mode": True}),
@@ -91,6 +94,27 @@ def test_doctor_json_reports_the_health_keys_of_each_gpu_family(fake_host, capsy
     device = report["devices"][0]
     assert list(device) == DEVICE_KEYS
     assert {key: device[key] for key in expected} == expected
+
+
+def test_doctor_json_lists_the_mig_devices_of_a_gpu_in_mig_mode(fake_host, capsys):
+    fake_host.smi(HEALTH / "smi-2x-a100-mig.csv", listing=HEALTH / "smi-list-a100-mig.txt")
+    report, _ = _doctor_json(capsys)
+    mig, plain = report["devices"]
+    assert mig["mig_mode"] is True and mig["utilization_percent"] is None
+    assert mig["mig_devices"] == [
+        {"uuid": "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f", "profile": "3g.40gb", "device": 0},
+        {"uuid": "MIG-2f1c0a9e-8b7d-5c6e-a4f3-b2e1d0c9f8a7", "profile": "2g.20gb", "device": 1},
+        {"uuid": "MIG-9e8d7c6b-5a4f-5e3d-b2c1-a0f9e8d7c6b5", "profile": "1g.10gb", "device": 2},
+    ]
+    assert plain["mig_mode"] is False and plain["mig_devices"] == []
+    calls = [json.loads(line)["argv"] for line in fake_host.log_path.read_text().splitlines()]
+    assert ["-L"] in calls
+
+
+def test_the_fake_nvidia_smi_lists_the_gpus_of_its_recording(fake_host):
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True).stdout
+    assert listed.splitlines()[0] == f"GPU 0: NVIDIA H200 (UUID: {H200_UUIDS[0]})"
+    assert len(listed.splitlines()) == 8
 
 
 def test_doctor_json_reports_xids_and_gpu_problems_through_the_real_commands(fake_host, capsys):

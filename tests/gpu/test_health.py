@@ -102,11 +102,26 @@ def test_it_drops_the_fields_an_older_driver_rejects_and_keeps_the_rest():
     (v100,) = info.devices
     assert v100.name == "Tesla V100-SXM2-32GB" and v100.temperature_c == 36 and v100.ecc_mode is True
     assert v100.remapped_rows_pending is None and v100.throttle_reasons is None
-    # One rejection per group the driver lacks: remapped_rows.*, then clocks_event_reasons.*.
-    assert len(smi_query_calls(runner)) == 3
-    assert {f for f in query.rejected} == {
-        f.query for f in gpu.ALL_FIELDS if f.query.startswith(("remapped_rows.", "clocks_event_reasons."))
+    # One rejection per group the driver lacks: remapped_rows.*, clocks_event_reasons.*,
+    # then the reasons' old name, clocks_throttle_reasons.*.
+    assert len(smi_query_calls(runner)) == 4
+    reasons = [f.query for f in gpu.ALL_FIELDS if f.query.startswith("clocks_event_reasons.")]
+    assert query.rejected == {
+        *(f.query for f in gpu.ALL_FIELDS if f.query.startswith("remapped_rows.")),
+        *reasons, *(r.replace("clocks_event_reasons.", "clocks_throttle_reasons.") for r in reasons),
     }
+
+
+def test_it_asks_a_driver_before_r535_for_the_clock_event_reasons_by_their_old_name():
+    runner = host(smi=recording("health/smi-2x-a100-r525.csv"))
+    query = SmiQuery()
+    hot, idle = detect(runner, DOCKER, query).devices
+    assert hot.throttle_reasons == ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown")
+    assert idle.throttle_reasons == () and idle.remapped_rows_pending is False
+    assert "clocks_throttle_reasons.hw_slowdown" in smi_query_calls(runner)[-1][1]
+    runner.calls.clear()
+    detect(runner, DOCKER, query)
+    assert len(smi_query_calls(runner)) == 1  # the old name is remembered too
 
 
 def test_it_pays_for_a_rejected_field_once_per_process():
@@ -219,6 +234,8 @@ def test_it_finds_each_problem_of_a_gpu_in_trouble_by_index_and_pci_address():
     assert brake.status == Status.FAIL and "power brake" in brake.message.lower()
     persistence = finding(diagnosis, "persistence")
     assert persistence.status == Status.WARN and persistence.fix == "sudo nvidia-smi -pm 1"
+    assert "(0 at PCI 00000000:18:00.0, 1 at PCI 00000000:2A:00.0, " in persistence.message
+    assert "gpu7.thermal" not in codes(diagnosis)  # its hw_slowdown is the brake's, not heat
     # The healthy GPUs get no extra finding; sw_power_cap alone is normal under load.
     assert not [c for c in codes(diagnosis) if c.startswith(("gpu0.", "gpu1.", "gpu3.", "gpu4."))]
 

@@ -9,6 +9,8 @@ Behaviour comes from environment variables, PREFIX being SMI or CTK:
                             sleep forever (a stuck driver call)
     FAKE_<PREFIX>_PIDFILE   with HANG: write "<own pid> <child pid>" there once both run
     FAKE_SMI_APPS           file nvidia-smi prints for --query-compute-apps (default: no processes)
+    FAKE_SMI_LIST           file nvidia-smi prints for -L (default: one line per GPU of the
+                            recording, no MIG devices)
     FAKE_TOOL_LOG           append one JSON line per call: tool, argv, LC_ALL, PATH
 """
 
@@ -59,6 +61,19 @@ def main(prefix: str) -> int:
         if apps:
             _copy(apps, sys.stdout)
         return 0
+    if prefix == "SMI" and sys.argv[1:] == ["-pm", "1"]:
+        # Turning persistence mode on, as root: what the driver says of each GPU.
+        with open(stdout, encoding="utf-8", errors="replace") as fh:
+            sys.stdout.write(smi_query.persistence_on(fh.read()))
+        return 0
+    if prefix == "SMI" and sys.argv[1:] == ["-L"]:
+        listing = env.get("FAKE_SMI_LIST")
+        if listing:
+            _copy(listing, sys.stdout)
+        elif stdout and exit_code == 0:
+            with open(stdout, encoding="utf-8", errors="replace") as fh:
+                sys.stdout.write(smi_query.listing(fh.read()))
+        return exit_code
     if prefix == "SMI" and stdout and smi_query.requested_fields(sys.argv[1:]) is not None:
         # A driver that knows the recording's fields answers the ones asked for.
         with open(stdout, encoding="utf-8", errors="replace") as fh:
