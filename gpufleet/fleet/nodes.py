@@ -44,6 +44,22 @@ def load_for_page(node: Node) -> None:
     node.current_devices_cache = sorted((d for d in node.devices.all() if not d.vanished), key=lambda d: d.index)
 
 
+@dataclass(frozen=True)
+class LostCapacity:
+    """GPUs the node had and no longer reports, and when the last of them was seen."""
+
+    count: int
+    last_seen: datetime
+
+
+def lost_capacity(node: Node) -> LostCapacity | None:
+    """From the devices load_for_page read: no query of its own."""
+    vanished = [d for d in node.devices.all() if d.vanished]
+    if not vanished:
+        return None
+    return LostCapacity(len(vanished), max(d.last_seen for d in vanished))
+
+
 # "gpu3.ecc": the finding about one aspect of GPU 3 (plain "gpu3" is its memory).
 _GPU_ASPECT = re.compile(r"gpu([0-9]+)\.([a-z]+)")
 

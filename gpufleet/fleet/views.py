@@ -73,6 +73,7 @@ def node_detail(request, name: str, partial: str | None = None):
         context["history_range"] = node_page.history_range(request.GET)
         hours = charts.RANGES[context["history_range"]]
         context["devices"] = node_page.device_rows(node, node.ledger(), now, hours)
+        context["lost"] = node_page.lost_capacity(node)
         context["history_ranges"] = list(charts.RANGES)
     return render_page(request, "fleet/node_detail.html", context, partial=partial)
 

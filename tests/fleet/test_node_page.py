@@ -10,7 +10,8 @@ from django.utils import timezone
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
 from gpufleet.fleet.tasks import roll_history
-from tests.factories import hx, ingest
+from gpufleet.ingest.services import ingest_snapshot
+from tests.factories import hx, ingest, snapshot
 
 
 @pytest.mark.django_db
@@ -160,3 +161,29 @@ def test_its_cost_does_not_grow_with_the_history_stored(admin_role_client):
     assert counts["24h", "much"] == NODE_PAGE_QUERIES
     assert {counts[r, "little"] for r in ("1h", "6h")} == {counts[r, "much"] for r in ("1h", "6h")} == {NODE_PAGE_QUERIES - 1}
     assert {counts[r, "little"] for r in ("24h", "7d")} == {counts[r, "much"] for r in ("24h", "7d")} == {NODE_PAGE_QUERIES}
+
+
+@pytest.mark.django_db
+def test_a_node_whose_detection_fails_shows_its_last_known_gpus_as_lost(viewer_client):
+    ten_minutes_ago = timezone.now() - timedelta(minutes=10)
+    assert ingest_snapshot(snapshot("alpha", 8, at=ten_minutes_ago), now=ten_minutes_ago).outcome == "accepted"
+    ingest("alpha", 0)  # nvidia-smi found nothing this time
+    with _queries() as counted:
+        page = viewer_client.get("/nodes/alpha/").content.decode()
+    assert 'class="lost-gpus">8 GPUs last seen <time' in page and "10\xa0minutes ago</time>" in page
+    assert page.count('class="is-vanished"') == 8
+    assert len(counted) == _queries_of_a_healthy_node_page(viewer_client)  # no query of its own
+
+
+def _queries():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    return CaptureQueriesContext(connection)
+
+
+def _queries_of_a_healthy_node_page(client) -> int:
+    ingest("beta", 8)
+    with _queries() as counted:
+        client.get("/nodes/beta/")
+    return len(counted)
