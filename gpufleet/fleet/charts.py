@@ -206,10 +206,12 @@ def _columns(samples: Sequence[Sample], shares: list[float | None], start: datet
         if share is not None:
             buckets.setdefault(min(HOVER_COLUMNS - 1, int(share * HOVER_COLUMNS)), []).append(sample)
     step = WIDTH / HOVER_COLUMNS
+    # Beyond a day a time alone is ambiguous: name the day too ("Tue 06:00").
+    when = "%a %H:%M" if end - start > timedelta(hours=24) else "%H:%M"
     columns = []
     for index, found in sorted(buckets.items()):
         begin = start + (end - start) * index / HOVER_COLUMNS
-        parts = [f"{begin:%H:%M}–{begin + (end - start) / HOVER_COLUMNS:%H:%M}"]
+        parts = [f"{begin:{when}}–{begin + (end - start) / HOVER_COLUMNS:{when}}"]
         for label, values, unit in (
             ("VRAM peak", [mib / 1024 for mib in _peaks(found, "vram_used_mib")], " GiB"),
             ("util. peak", _peaks(found, "utilization_percent"), " %"),

@@ -587,6 +587,8 @@ def test_it_takes_screenshots_of_the_overview_and_a_node(page, fleet, operator, 
     expect(row_of(page, "h100-d01")).to_contain_text("GPU 2")
     page.screenshot(path=artifacts / "overview.png", full_page=True)
 
+    # The GPU table with its charts needs a desktop's width (below it scrolls sideways).
+    page.set_viewport_size({"width": 1680, "height": 1050})
     page.goto("/nodes/h100-d01/")
     gpu2 = page.locator("#devices tbody tr").nth(2)
     expect(gpu2).to_contain_text("92")  # °C, at the thermal slowdown

@@ -30,6 +30,14 @@ def test_a_chart_carries_temperature_and_power_and_hover_figures():
     assert "11:57–12:00" in last and "temp. peak 60 °C" in last and "power peak 400 W" in last and "VRAM peak 39.1 GiB" in last
 
 
+def test_a_week_s_hover_figures_name_the_day():
+    samples = [Sample(END - timedelta(hours=i), 1, 50) for i in range(0, 24 * 7, 6)]
+    chart = gpu_chart(samples, 10, END, hours=24 * 7)
+    # END is Thursday 3 December 2026, 12:00; the last of 24 columns covers its last 7 hours.
+    assert chart.columns[-1].title.startswith("Thu 05:00–Thu 12:00 · ")
+    assert chart.columns[0].title.startswith("Thu 12:00–Thu 19:00 · ")
+
+
 def test_a_silence_breaks_the_line_at_the_range_s_own_scale():
     # Samples 10 minutes apart: one line in 7 days, but broken lines in 1 hour.
     samples = [Sample(END - timedelta(minutes=10 * i), 1, 50) for i in range(6)]
@@ -51,6 +59,9 @@ def test_the_node_page_offers_each_range(viewer_client, wanted, shown, hours):
     assert hours * 6 - 12 <= shown_samples <= hours * 6 + 1
     assert html.count("<title>GPU 0 ") >= 1
     assert 'class="spark-temp"' in html and 'class="spark-power"' in html
+    # The y axis says what the height means.
+    for label in ("100", "50", "0"):
+        assert f'text-anchor="end">{label}</text>' in html
 
 
 @pytest.mark.parametrize("hours,series", [(1, "raw"), (6, "raw"), (24, "5m"), (24 * 7, "1h")])
