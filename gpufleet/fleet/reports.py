@@ -29,6 +29,10 @@ PROBLEM_STATUSES = (FindingStatus.WARN, FindingStatus.FAIL)
 DEVICE_CSV_COLUMNS = (
     "index", "uuid", "pci_bus_id", "vram_total_mib", "vram_used_mib", "utilization_percent", "temperature_c",
     "power_draw_w", "power_limit_w", "ecc_uncorrected_volatile", "throttle_reasons", "xid_errors", "processes",
+    "memory_temperature_c", "fan_percent", "pstate", "sm_clock_mhz", "sm_clock_max_mhz", "persistence_mode",
+    "ecc_mode", "ecc_corrected_volatile", "ecc_uncorrected_aggregate", "retired_pages_pending",
+    "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure",
+    "mig_mode", "mig_devices",
 )
 CSV_COLUMNS = ("node", "code", "name", "status", "message", "fix", "row", *DEVICE_CSV_COLUMNS)
 FORMATS = {
@@ -132,19 +136,30 @@ def csv_rows(reports: Iterable[dict], with_devices: bool = True) -> Iterator[str
 def _report_rows(reports: Iterable[dict], with_devices: bool) -> Iterator[list]:
     for report in reports:
         for f in report["findings"]:
-            yield [report["node"], f["code"], f["name"], f["status"], f["message"], f.get("fix", ""), "finding"]
+            yield [report["node"], f["code"], f["name"], f["status"], f["message"], f.get("fix", ""), "finding",
+                   *_NO_DEVICE]
         for d in report["devices"] if with_devices else ():
             yield _device_row(report["node"], d)
 
 
+# Every row has every column (RFC 4180); a finding's GPU columns are empty.
+_NO_DEVICE = ("",) * len(DEVICE_CSV_COLUMNS)
+
+
 def _device_row(node: str, d: dict) -> list:
     values = {
-        **d,
+        **{key: _csv_value(value) for key, value in d.items()},
         "throttle_reasons": " ".join(d.get("throttle_reasons") or ()),
         "xid_errors": " ".join(f"{x['xid']}x{x['count']}" for x in d.get("xid_errors") or ()),
         "processes": len(d.get("processes") or ()),
+        "mig_devices": " ".join(f"{m['profile']}:{m['uuid']}" for m in d.get("mig_devices") or ()),
     }
     return [node, f"gpu{d['index']}", d["name"], "", "", "", "device", *(values.get(c) for c in DEVICE_CSV_COLUMNS)]
+
+
+def _csv_value(value):
+    # As JSON (and PostgreSQL's ->>) writes them, not Python's True/False.
+    return ("true" if value else "false") if isinstance(value, bool) else value
 
 
 # --- Markdown ---------------------------------------------------------------

@@ -206,3 +206,43 @@ def test_the_csv_has_a_row_per_gpu_with_its_health(viewer_client):
     assert gpu1["throttle_reasons"] == "hw_thermal_slowdown" and gpu1["xid_errors"] == "79x2"
     problems = list(csv.DictReader(io.StringIO(_body(viewer_client.get("/nodes/alpha/report.csv?only=problems")))))
     assert not [r for r in problems if r["row"] == "device"]
+
+
+def _mig_node() -> None:
+    snap = snapshot("alpha", 2)
+    snap["devices"][0].update(ecc_mode=True, persistence_mode=False, remapped_rows_correctable=3,
+                              remapped_rows_pending=True, remapped_rows_failure=False, mig_mode=True,
+                              mig_devices=[{"uuid": "MIG-aaaa", "profile": "3g.40gb", "device": 0},
+                                           {"uuid": "MIG-bbbb", "profile": "1g.10gb", "device": 1}])
+    assert ingest_snapshot(snap).outcome == "accepted"
+
+
+@pytest.mark.django_db
+def test_the_csv_device_rows_carry_ecc_remapping_persistence_and_mig(viewer_client):
+    _mig_node()
+    rows = list(csv.DictReader(io.StringIO(_body(viewer_client.get("/nodes/alpha/report.csv")))))
+    gpu0, gpu1 = (r for r in rows if r["row"] == "device")
+    assert (gpu0["ecc_mode"], gpu0["persistence_mode"], gpu0["mig_mode"]) == ("true", "false", "true")
+    assert (gpu0["remapped_rows_correctable"], gpu0["remapped_rows_pending"], gpu0["remapped_rows_failure"]) == (
+        "3", "true", "false")
+    assert gpu0["mig_devices"] == "3g.40gb:MIG-aaaa 1g.10gb:MIG-bbbb"
+    assert gpu1["mig_devices"] == "" and gpu1["ecc_mode"] == ""  # unknown stays empty
+
+
+@pytest.mark.django_db
+def test_the_bench_s_copy_floor_exports_the_same_rows_as_the_fleet_csv(viewer_client):
+    """The fleet CSV's floor in `manage.py bench` is only a fair peer if it writes what the CSV writes."""
+    from django.db import connection
+
+    from gpufleet.ingest.management.commands.bench import REPORT_CSV_COPY
+    from tests.conftest import missing_service
+
+    if connection.vendor != "postgresql":
+        missing_service("COPY ... TO STDOUT needs PostgreSQL (set DATABASE_URL=postgres://...)")
+    _mig_node()
+    ingest("beta", 1)
+    ours = list(csv.reader(io.StringIO(_body(viewer_client.get("/report.csv")))))
+    with connection.cursor() as cursor:
+        with cursor.connection.cursor() as raw, raw.copy(REPORT_CSV_COPY) as copy:
+            floor = list(csv.reader(io.StringIO(b"".join(bytes(data) for data in copy).decode())))
+    assert len(ours) > 3 and ours == floor

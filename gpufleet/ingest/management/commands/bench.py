@@ -474,13 +474,20 @@ def _raw_connection():
 REPORT_CSV_COPY = """COPY (
 SELECT node, code, name, status, message, fix, "row", "index", uuid, pci_bus_id, vram_total_mib, vram_used_mib,
        utilization_percent, temperature_c, power_draw_w, power_limit_w, ecc_uncorrected_volatile, throttle_reasons,
-       xid_errors, processes
+       xid_errors, processes, memory_temperature_c, fan_percent, pstate, sm_clock_mhz, sm_clock_max_mhz,
+       persistence_mode, ecc_mode, ecc_corrected_volatile, ecc_uncorrected_aggregate, retired_pages_pending,
+       remapped_rows_correctable, remapped_rows_uncorrectable, remapped_rows_pending, remapped_rows_failure,
+       mig_mode, mig_devices
 FROM (
   SELECT n.name AS node, 0 AS kind, f.position AS pos, f.code, f.name, f.status, f.message, f.fix, 'finding' AS "row",
          NULL::int AS "index", NULL AS uuid, NULL AS pci_bus_id, NULL::bigint AS vram_total_mib,
          NULL::bigint AS vram_used_mib, NULL::int AS utilization_percent, NULL::int AS temperature_c,
          NULL::float AS power_draw_w, NULL::float AS power_limit_w, NULL AS ecc_uncorrected_volatile,
-         NULL AS throttle_reasons, NULL AS xid_errors, NULL::int AS processes
+         NULL AS throttle_reasons, NULL AS xid_errors, NULL::int AS processes, NULL AS memory_temperature_c,
+         NULL AS fan_percent, NULL AS pstate, NULL AS sm_clock_mhz, NULL AS sm_clock_max_mhz, NULL AS persistence_mode,
+         NULL AS ecc_mode, NULL AS ecc_corrected_volatile, NULL AS ecc_uncorrected_aggregate,
+         NULL AS retired_pages_pending, NULL AS remapped_rows_correctable, NULL AS remapped_rows_uncorrectable,
+         NULL AS remapped_rows_pending, NULL AS remapped_rows_failure, NULL AS mig_mode, NULL AS mig_devices
   FROM fleet_node n JOIN fleet_finding f ON f.node_id = n.id
   UNION ALL
   SELECT n.name, 1, d."index", 'gpu' || d."index", d.name, '', '', '', 'device', d."index", d.uuid, d.pci_bus_id,
@@ -490,7 +497,15 @@ FROM (
              CASE jsonb_typeof(d.health->'throttle_reasons') WHEN 'array' THEN d.health->'throttle_reasons' END) t),
          (SELECT string_agg((x->>'xid') || 'x' || (x->>'count'), ' ') FROM jsonb_array_elements(
              CASE jsonb_typeof(d.health->'xid_errors') WHEN 'array' THEN d.health->'xid_errors' END) x),
-         CASE jsonb_typeof(d.health->'processes') WHEN 'array' THEN jsonb_array_length(d.health->'processes') ELSE 0 END
+         CASE jsonb_typeof(d.health->'processes') WHEN 'array' THEN jsonb_array_length(d.health->'processes') ELSE 0 END,
+         d.health->>'memory_temperature_c', d.health->>'fan_percent', d.health->>'pstate', d.health->>'sm_clock_mhz',
+         d.health->>'sm_clock_max_mhz', d.health->>'persistence_mode', d.health->>'ecc_mode',
+         d.health->>'ecc_corrected_volatile', d.health->>'ecc_uncorrected_aggregate',
+         d.health->>'retired_pages_pending', d.health->>'remapped_rows_correctable',
+         d.health->>'remapped_rows_uncorrectable', d.health->>'remapped_rows_pending',
+         d.health->>'remapped_rows_failure', d.health->>'mig_mode',
+         (SELECT string_agg((m->>'profile') || ':' || (m->>'uuid'), ' ') FROM jsonb_array_elements(
+             CASE jsonb_typeof(d.health->'mig_devices') WHEN 'array' THEN d.health->'mig_devices' END) m)
   FROM fleet_node n JOIN fleet_device d ON d.node_id = n.id AND d.vanished_at IS NULL
 ) AS report_rows
 ORDER BY node, kind, pos
