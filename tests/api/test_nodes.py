@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.api import views
+from gpufleet.ingest.services import ingest_snapshot
 from tests.claims.helpers import claim, make_node, shrink_node, uuid
-from tests.factories import ingest
+from tests.factories import ingest, snapshot
+from tests.fleet.test_commands import DEVICE_KEYS
 
 pytestmark = pytest.mark.django_db
 
@@ -195,3 +197,19 @@ def test_an_invalid_filter_is_a_400_naming_it(viewer_client, make_fleet):
     response = viewer_client.get("/api/nodes/", {"health": "purple"})
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "bad_filter" and "health" in response.json()["error"]["message"]
+
+
+def test_a_node_s_devices_carry_the_doctor_s_health_keys(viewer_client):
+    snap = snapshot("alpha", 1)
+    snap["devices"][0].update(temperature_c=83, power_draw_w=650.5, ecc_uncorrected_volatile=2,
+                              throttle_reasons=["sw_thermal_slowdown"], mig_mode=True,
+                              mig_devices=[{"uuid": "MIG-aaaa", "profile": "7g.80gb", "device": 0}],
+                              xid_errors=[{"xid": 48, "count": 1, "last_seen": None, "description": "DBE"}])
+    assert ingest_snapshot(snap).outcome == "accepted"
+    for body in (viewer_client.get("/api/nodes/alpha/").json()["devices"][0],
+                 viewer_client.get("/api/nodes/alpha/devices/").json()["results"][0]):
+        assert list(body)[:len(DEVICE_KEYS)] == DEVICE_KEYS
+        assert (body["temperature_c"], body["power_draw_w"], body["ecc_uncorrected_volatile"]) == (83, 650.5, 2)
+        assert body["throttle_reasons"] == ["sw_thermal_slowdown"]
+        assert body["mig_devices"] == [{"uuid": "MIG-aaaa", "profile": "7g.80gb", "device": 0}]
+        assert body["xid_errors"] == [{"xid": 48, "count": 1, "last_seen": None, "description": "DBE"}]
