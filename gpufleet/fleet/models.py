@@ -244,9 +244,14 @@ class Device(models.Model):
                    vanished_at=None, **columns)
 
     def as_gpu_device(self) -> gpu.Device:
-        return gpu.Device.from_dict(
-            {**self.health, **{key: getattr(self, key) for key in self.COLUMNS}, "pci_bus_id": self.pci_bus_id or None}
-        )
+        return gpu.Device.from_dict(self.reported(self.health, {key: getattr(self, key) for key in self.COLUMNS},
+                                                  self.pci_bus_id))
+
+    @classmethod
+    def reported(cls, health: dict, columns: dict, pci_bus_id: str) -> dict:
+        """The GPU as its snapshot reported it (gpu.Device.to_dict's keys) from a row's
+        parts: the inverse of `from_reported`, for readers of plain values (exports)."""
+        return {**health, **columns, "pci_bus_id": pci_bus_id or None}
 
     @property
     def xid_errors(self) -> list[dict]:

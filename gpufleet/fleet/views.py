@@ -99,13 +99,15 @@ def acknowledge_xid(request, name: str, index: int):
 @require_GET
 @requires(VIEW)
 def node_report(request, name: str, fmt: str):
-    node = get_object_or_404(reports.with_report_data(Node.objects.all()), name=name)
     only_problems = request.GET.get("only") == "problems"
+    if fmt == "csv":
+        node = get_object_or_404(Node.objects.only("name"), name=name)
+        body = reports.csv_report(Node.objects.filter(pk=node.pk), only_problems)
+        return reports.download(body, fmt, f"gpufleet-{node.name}-doctor")
+    node = get_object_or_404(reports.with_report_data(Node.objects.all()), name=name)
     report = reports.node_report(node, only_problems)
     if fmt == "json":
         body = reports.node_json(report)
-    elif fmt == "csv":
-        body = reports.csv_rows([report], with_devices=not only_problems)
     else:
         body = reports.node_markdown_doc(report, only_problems)
     return reports.download(body, fmt, f"gpufleet-{node.name}-doctor")
@@ -121,11 +123,11 @@ def fleet_report(request, fmt: str):
     if not node_filter.is_valid():
         return _bad_filter(node_filter)
     only_problems = request.GET.get("only") == "problems"
+    if fmt == "csv":
+        return reports.download(reports.csv_report(node_filter.qs, only_problems), fmt, "gpufleet-fleet-doctor")
     found = reports.fleet_reports(node_filter.qs, only_problems)
     if fmt == "json":
         body = reports.fleet_json(found)
-    elif fmt == "csv":
-        body = reports.csv_rows(found, with_devices=not only_problems)
     else:
         body = reports.fleet_markdown(found, only_problems=only_problems)
     return reports.download(body, fmt, "gpufleet-fleet-doctor")

@@ -7,6 +7,7 @@ import json
 import pytest
 from django.urls import reverse
 
+from gpufleet.fleet import reports
 from gpufleet.fleet.models import Finding, Node
 from gpufleet.fleet.reports import safe_cell
 from gpufleet.ingest.services import ingest_snapshot
@@ -227,6 +228,23 @@ def test_the_csv_device_rows_carry_ecc_remapping_persistence_and_mig(viewer_clie
         "3", "true", "false")
     assert gpu0["mig_devices"] == "3g.40gb:MIG-aaaa 1g.10gb:MIG-bbbb"
     assert gpu1["mig_devices"] == "" and gpu1["ecc_mode"] == ""  # unknown stays empty
+
+
+@pytest.mark.django_db
+def test_the_csv_read_from_rows_says_what_the_node_s_report_says(viewer_client):
+    """The CSV is written from plain column values, the JSON from the domain's report:
+    both must say the same of every GPU and finding."""
+    _mig_node()
+    report = json.loads(_body(viewer_client.get("/nodes/alpha/report.json")))
+    rows = list(csv.reader(io.StringIO(_body(viewer_client.get("/nodes/alpha/report.csv")))))[1:]
+    findings = [r[:6] for r in rows if r[6] == "finding"]
+    assert findings == [["alpha", f["code"], f["name"], f["status"], f["message"], f.get("fix", "")]
+                        for f in report["findings"]]
+    expected = [reports._device_row("alpha", d) for d in report["devices"]]
+    buffer = io.StringIO()
+    csv.writer(buffer).writerows(expected)
+    assert [r for r in rows if r[6] == "device"] == list(csv.reader(io.StringIO(buffer.getvalue())))
+    assert len(expected) == 2
 
 
 @pytest.mark.django_db
