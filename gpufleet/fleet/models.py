@@ -216,6 +216,12 @@ class Device(models.Model):
     class Meta:
         ordering = ["node", "index"]
         constraints = [models.UniqueConstraint(fields=["node", "uuid"], name="device_unique_uuid_per_node")]
+        indexes = [
+            # The overview lists the latest vanished GPUs: a few rows among a fleet's
+            # tens of thousands, found without scanning them all.
+            models.Index(fields=["-vanished_at"], name="device_vanished_latest",
+                         condition=models.Q(vanished_at__isnull=False)),
+        ]
 
     def __str__(self) -> str:
         return f"{self.node.name} GPU {self.index} ({self.uuid})"
