@@ -138,16 +138,16 @@ def csv_report(nodes: QuerySet, only_problems: bool = False) -> Iterator[str]:
     written a chunk at a time: building each node's report as the JSON export does
     made a fleet's CSV ten times slower than PostgreSQL's own COPY of the same rows
     (`manage.py bench` measures both; tests/fleet/test_reports.py holds them equal)."""
-    writer_target = io.StringIO()
-    writer = csv.writer(writer_target)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
     writer.writerow(CSV_COLUMNS)
-    yield writer_target.getvalue()
+    yield buffer.getvalue()
     rows = nodes.values_list("pk", "name").iterator(chunk_size=CHUNK_SIZE)
     while chunk := list(itertools.islice(rows, CHUNK_SIZE)):
-        writer_target.seek(0)
-        writer_target.truncate()
+        buffer.seek(0)
+        buffer.truncate()
         writer.writerows(_csv_rows(chunk, only_problems))
-        yield writer_target.getvalue()
+        yield buffer.getvalue()
 
 
 def _csv_rows(chunk: list[tuple[int, str]], only_problems: bool) -> Iterator[list]:
