@@ -147,10 +147,13 @@ class Node(models.Model):
         read with `current_devices()` when not given."""
         if devices is None:
             devices = self.current_devices()
+        return self._info_of(tuple(d.as_gpu_device() for d in sorted(devices, key=lambda d: d.index)))
+
+    def _info_of(self, devices: tuple[gpu.Device, ...]) -> gpu.Info:
         return gpu.Info(
             present=self.present,
             driver_version=self.driver_version,
-            devices=tuple(d.as_gpu_device() for d in sorted(devices, key=lambda d: d.index)),
+            devices=devices,
             runtime_installed=self.runtime_installed,
             cdi_devices=tuple(self.cdi_devices),
         )
@@ -169,13 +172,19 @@ class Node(models.Model):
         (doctor JSON, exports, API) is built by `HostDiagnosis.to_dict`."""
         if findings is None:
             findings = self.findings.all()
+        info = self.gpu_info(devices)
+        return self.diagnosis_of(info.devices, tuple(f.as_gpu_finding() for f in findings))
+
+    def diagnosis_of(self, devices: tuple[gpu.Device, ...], findings: tuple[gpu.Finding, ...]) -> gpu.HostDiagnosis:
+        """`diagnosis` from the domain's own devices (by index) and findings, for
+        readers that build them from plain column values (fleet exports)."""
         return gpu.HostDiagnosis(
-            info=self.gpu_info(devices),
+            info=self._info_of(devices),
             toolkit_version=self.toolkit_version,
             cdi_spec_files=tuple(self.cdi_spec_files),
             cdi_devices=tuple(self.cdi_devices),
             attach=gpu.Attach(self.attach),
-            findings=tuple(f.as_gpu_finding() for f in findings),
+            findings=findings,
         )
 
 

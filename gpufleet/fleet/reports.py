@@ -3,8 +3,9 @@
 A node report is the doctor's JSON (DESIGN.md) plus `schema_version`,
 `collected_at`, `last_seen` and the node `status`. Fleet reports take the
 overview's filtered queryset (`NodeFilter.qs`) and stream: nodes are read in
-chunks with their devices and findings prefetched, so the query count grows with
-chunks, never with nodes, and nothing holds the whole fleet in memory."""
+chunks, with their devices and findings as plain values (`_chunk_contents`), so the
+query count grows with chunks, never with nodes, and nothing holds the whole fleet
+in memory."""
 
 from __future__ import annotations
 
@@ -61,24 +62,64 @@ def node_report(node: Node, only_problems: bool = False) -> dict:
     findings = node.report_findings
     if only_problems:
         findings = [f for f in findings if f.status in PROBLEM_STATUSES]
+    return _report(node, node.diagnosis(findings=findings))
+
+
+def _report(node: Node, diagnosis: gpu.HostDiagnosis) -> dict:
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
         "node": node.name,
         "status": node.status.value,
         "collected_at": _iso(node.collected_at),
         "last_seen": _iso(node.last_seen),
-        **node.diagnosis(findings=findings).to_dict(node.name),
+        **diagnosis.to_dict(node.name),
     }
+
+
+# What a report reads of a node row.
+_REPORT_NODE_FIELDS = ("name", "offline", "health", "collected_at", "last_seen", "present", "driver_version",
+                       "runtime_installed", "toolkit_version", "cdi_spec_files", "cdi_devices", "attach")
 
 
 def fleet_reports(nodes: QuerySet, only_problems: bool = False) -> Iterator[dict]:
     """Reports of `nodes` in their order; with `only_problems`, nodes with nothing
-    to report (online, no warn or fail finding) are left out."""
-    for node in with_report_data(nodes).iterator(chunk_size=CHUNK_SIZE):
-        report = node_report(node, only_problems)
-        if only_problems and not report["findings"] and report["status"] != Health.OFFLINE:
-            continue
-        yield report
+    to report (online, no warn or fail finding) are left out. Each is built by the
+    same `HostDiagnosis.to_dict` as one node's report, from GPUs and findings read
+    as plain values a chunk of nodes at a time: a model row for each GPU and
+    finding made a large fleet's export about twice as slow."""
+    rows = nodes.only(*_REPORT_NODE_FIELDS).iterator(chunk_size=CHUNK_SIZE)
+    while chunk := list(itertools.islice(rows, CHUNK_SIZE)):
+        findings, devices = _chunk_contents([node.pk for node in chunk], only_problems, with_devices=True)
+        for node in chunk:
+            diagnosis = node.diagnosis_of(
+                tuple(gpu.Device.from_dict(d) for d in devices[node.pk]),
+                tuple(gpu.Finding(code=code, name=name, status=status, message=message, fix=fix)
+                      for code, name, status, message, fix in findings[node.pk]),
+            )
+            report = _report(node, diagnosis)
+            if only_problems and not report["findings"] and report["status"] != Health.OFFLINE:
+                continue
+            yield report
+
+
+def _chunk_contents(ids: list[int], only_problems: bool, with_devices: bool) -> tuple[dict, dict]:
+    """For the nodes `ids`: their findings as (code, name, status, message, fix) in the
+    doctor's order (the warn and fail ones with `only_problems`), and their current
+    GPUs as reported (gpu.Device.to_dict's keys) by index; two queries."""
+    findings = Finding.objects.filter(node_id__in=ids).order_by("node_id", "position")
+    if only_problems:
+        findings = findings.filter(status__in=PROBLEM_STATUSES)
+    by_node: dict[int, list] = {pk: [] for pk in ids}
+    for node_id, *cells in findings.values_list("node_id", "code", "name", "status", "message", "fix"):
+        by_node[node_id].append(cells)
+    devices: dict[int, list] = {pk: [] for pk in ids}
+    if with_devices:
+        current = Device.objects.filter(node_id__in=ids, vanished_at__isnull=True).order_by("node_id", "index")
+        for node_id, health, pci_bus_id, *columns in current.values_list(
+            "node_id", "health", "pci_bus_id", *Device.COLUMNS
+        ):
+            devices[node_id].append(Device.reported(health, dict(zip(Device.COLUMNS, columns, strict=True)), pci_bus_id))
+    return by_node, devices
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -151,20 +192,7 @@ def csv_report(nodes: QuerySet, only_problems: bool = False) -> Iterator[str]:
 
 
 def _csv_rows(chunk: list[tuple[int, str]], only_problems: bool) -> Iterator[list]:
-    ids = [pk for pk, _ in chunk]
-    findings = Finding.objects.filter(node_id__in=ids).order_by("node_id", "position")
-    if only_problems:
-        findings = findings.filter(status__in=PROBLEM_STATUSES)
-    by_node: dict[int, list] = {pk: [] for pk in ids}
-    for node_id, *cells in findings.values_list("node_id", "code", "name", "status", "message", "fix"):
-        by_node[node_id].append(cells)
-    devices: dict[int, list] = {pk: [] for pk in ids}
-    if not only_problems:
-        current = Device.objects.filter(node_id__in=ids, vanished_at__isnull=True).order_by("node_id", "index")
-        for node_id, health, pci_bus_id, *columns in current.values_list(
-            "node_id", "health", "pci_bus_id", *Device.COLUMNS
-        ):
-            devices[node_id].append(Device.reported(health, dict(zip(Device.COLUMNS, columns, strict=True)), pci_bus_id))
+    by_node, devices = _chunk_contents([pk for pk, _ in chunk], only_problems, with_devices=not only_problems)
     for pk, name in chunk:
         for code, title, status, message, fix in by_node[pk]:
             yield [name, *map(safe_cell, (code, title, status, message, fix)), "finding", *_NO_DEVICE]
