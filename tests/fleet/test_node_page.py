@@ -4,6 +4,8 @@ findings worst first with fixes, actions by role, and its findings fragment."""
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -138,9 +140,6 @@ def test_its_cost_does_not_grow_with_the_history_stored(admin_role_client):
     """A node with an hour of history and one with 30 days read the same queries in
     every range (one history query from raw samples, two from rollups), and each
     chart gets at most a point per column (and the tail's) whatever is stored."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     from gpufleet.fleet import charts, history
     from gpufleet.fleet.benchmarks import add_history
 
@@ -168,22 +167,15 @@ def test_a_node_whose_detection_fails_shows_its_last_known_gpus_as_lost(viewer_c
     ten_minutes_ago = timezone.now() - timedelta(minutes=10)
     assert ingest_snapshot(snapshot("alpha", 8, at=ten_minutes_ago), now=ten_minutes_ago).outcome == "accepted"
     ingest("alpha", 0)  # nvidia-smi found nothing this time
-    with _queries() as counted:
+    with CaptureQueriesContext(connection) as counted:
         page = viewer_client.get("/nodes/alpha/").content.decode()
     assert 'class="lost-gpus">8 GPUs last seen <time' in page and "10\xa0minutes ago</time>" in page
     assert page.count('class="is-vanished"') == 8
     assert len(counted) == _queries_of_a_healthy_node_page(viewer_client)  # no query of its own
 
 
-def _queries():
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    return CaptureQueriesContext(connection)
-
-
 def _queries_of_a_healthy_node_page(client) -> int:
     ingest("beta", 8)
-    with _queries() as counted:
+    with CaptureQueriesContext(connection) as counted:
         client.get("/nodes/beta/")
     return len(counted)
