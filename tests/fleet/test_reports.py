@@ -215,6 +215,9 @@ def _mig_node() -> None:
                               remapped_rows_pending=True, remapped_rows_failure=False, mig_mode=True,
                               mig_devices=[{"uuid": "MIG-aaaa", "profile": "3g.40gb", "device": 0},
                                            {"uuid": "MIG-bbbb", "profile": "1g.10gb", "device": 1}])
+    # Column-stored figures too, so a report that lost one of them would differ.
+    for i, device in enumerate(snap["devices"]):
+        device.update(pci_bus_id=f"00000000:{0x18 + i:02X}:00.0", temperature_c=40 + i, power_draw_w=300.5 + i)
     assert ingest_snapshot(snap).outcome == "accepted"
 
 
