@@ -145,9 +145,12 @@ class Node(models.Model):
     def gpu_info(self, devices: list[Device] | None = None) -> gpu.Info:
         """The node as the domain sees it. `devices` are the current Device rows;
         read with `current_devices()` when not given."""
+        return self._info_of(self._gpu_devices(devices))
+
+    def _gpu_devices(self, devices: list[Device] | None) -> tuple[gpu.Device, ...]:
         if devices is None:
             devices = self.current_devices()
-        return self._info_of(tuple(d.as_gpu_device() for d in sorted(devices, key=lambda d: d.index)))
+        return tuple(d.as_gpu_device() for d in sorted(devices, key=lambda d: d.index))
 
     def _info_of(self, devices: tuple[gpu.Device, ...]) -> gpu.Info:
         return gpu.Info(
@@ -172,8 +175,7 @@ class Node(models.Model):
         (doctor JSON, exports, API) is built by `HostDiagnosis.to_dict`."""
         if findings is None:
             findings = self.findings.all()
-        info = self.gpu_info(devices)
-        return self.diagnosis_of(info.devices, tuple(f.as_gpu_finding() for f in findings))
+        return self.diagnosis_of(self._gpu_devices(devices), tuple(f.as_gpu_finding() for f in findings))
 
     def diagnosis_of(self, devices: tuple[gpu.Device, ...], findings: tuple[gpu.Finding, ...]) -> gpu.HostDiagnosis:
         """`diagnosis` from the domain's own devices (by index) and findings, for
