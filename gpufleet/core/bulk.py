@@ -36,25 +36,33 @@ def insert(model: type[models.Model], fields: Sequence[str], rows: Sequence[tupl
 
 
 def upsert(model: type[models.Model], objs: Sequence[models.Model], unique_fields: Sequence[str],
-           update_fields: Sequence[str]) -> None:
+           update_fields: Sequence[str], keep_when_null: Sequence[str] = (), returning: Sequence[str] = ()) -> None:
     """INSERT `objs` (every column but the primary key), or UPDATE only `update_fields`
     of the rows that have their `unique_fields` already, and set each object's primary
-    key. Rows are written in the order of their unique fields, so two concurrent
-    upserts cannot deadlock."""
+    key. Of `update_fields`, those in `keep_when_null` keep their stored value where the
+    object's is None. The fields named in `returning` are set on each object to what the
+    row holds afterwards (a field not updated keeps the stored value). Rows are written
+    in the order of their unique fields, so two concurrent upserts cannot deadlock."""
     if not objs:
-        return
-    if connection.vendor != "postgresql":
-        model.objects.bulk_create(objs, update_conflicts=True, unique_fields=unique_fields,
-                                  update_fields=update_fields)
         return
     meta = model._meta
     unique = [meta.get_field(name) for name in unique_fields]
+    if connection.vendor != "postgresql":
+        _upsert_elsewhere(model, objs, unique, update_fields, keep_when_null, returning)
+        return
     written = [f for f in meta.concrete_fields if not f.primary_key]
     updated = {meta.get_field(name) for name in update_fields}
+    kept = {meta.get_field(name) for name in keep_when_null}
+    returned = [meta.get_field(name) for name in returning]
     table, staging = _quoted(meta.db_table), _quoted(f"bulk_in_{meta.db_table}")
     names = ", ".join(_quoted(f.column) for f in written)
     keys = ", ".join(_quoted(f.column) for f in unique)
-    updates = ", ".join(f"{_quoted(f.column)} = EXCLUDED.{_quoted(f.column)}" for f in written if f in updated)
+    updates = ", ".join(
+        f"{_quoted(f.column)} = COALESCE(EXCLUDED.{_quoted(f.column)}, {table}.{_quoted(f.column)})" if f in kept
+        else f"{_quoted(f.column)} = EXCLUDED.{_quoted(f.column)}"
+        for f in written if f in updated
+    )
+    extra = "".join(f", {_quoted(f.column)}" for f in returned)
     with connection.cursor() as cursor:
         # A session's staging table, emptied by each commit; CREATE ... AS ... WITH NO
         # DATA takes the columns' types but none of their NOT NULL constraints or defaults.
@@ -64,10 +72,39 @@ def upsert(model: type[models.Model], objs: Sequence[models.Model], unique_field
         _copy(cursor, staging, written, objs)
         cursor.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {staging} ORDER BY {keys}"
                        f" ON CONFLICT ({keys}) DO UPDATE SET {updates}"
-                       f" RETURNING {_quoted(meta.pk.column)}, {keys}")
-        ids = {tuple(row[1:]): row[0] for row in cursor.fetchall()}
+                       f" RETURNING {_quoted(meta.pk.column)}, {keys}{extra}")
+        rows = {tuple(row[1:1 + len(unique)]): row for row in cursor.fetchall()}
     for obj in objs:
-        obj.pk = ids[tuple(getattr(obj, f.attname) for f in unique)]
+        row = rows[tuple(getattr(obj, f.attname) for f in unique)]
+        obj.pk = row[0]
+        for field, value in zip(returned, row[1 + len(unique):], strict=True):
+            setattr(obj, field.attname, field.from_db_value(value, None, connection)
+                    if hasattr(field, "from_db_value") else value)
+
+
+def _upsert_elsewhere(model, objs, unique, update_fields, keep_when_null, returning) -> None:
+    """`upsert` through bulk_create, which can neither keep a stored value nor return
+    one: those are read first (one query, while the caller's transaction holds the rows)."""
+    if keep_when_null or returning:
+        first = unique[0]
+        wanted = [*unique, *(model._meta.get_field(name) for name in {*keep_when_null, *returning})]
+        stored = {
+            tuple(row[:len(unique)]): dict(zip((f.attname for f in wanted[len(unique):]), row[len(unique):], strict=True))
+            for row in model.objects.filter(**{f"{first.attname}__in": {getattr(o, first.attname) for o in objs}})
+            .values_list(*(f.attname for f in wanted))
+        }
+        for obj in objs:
+            values = stored.get(tuple(getattr(obj, f.attname) for f in unique))
+            if values is None:
+                continue
+            for name in keep_when_null:
+                if getattr(obj, name) is None:
+                    setattr(obj, name, values[name])
+            for name in returning:
+                if name not in update_fields:
+                    setattr(obj, name, values[name])
+    model.objects.bulk_create(objs, update_conflicts=True, unique_fields=[f.name for f in unique],
+                              update_fields=update_fields)
 
 
 def _copy(cursor, table: str, columns: list, objs: Sequence, from_tuples: bool = False) -> None:

@@ -213,17 +213,33 @@ def _show_rejections(rejections: list[tuple[str, str]], now, fix: str = UPGRADE_
 
 
 def _locked_nodes(names: list[str], now) -> dict[str, Node]:
-    # Insert-if-missing then lock, in name order so two batches cannot deadlock:
-    # two first snapshots of one node cannot both create it.
-    Node.objects.bulk_create([Node(name=name, first_seen=now, last_seen=now) for name in names], ignore_conflicts=True)
+    # Locked in name order, so two batches cannot deadlock. A node's first snapshot
+    # creates it with insert-if-missing, so two first snapshots cannot both create it.
+    nodes = _locking(names)
+    if missing := [name for name in names if name not in nodes]:
+        Node.objects.bulk_create([Node(name=name, first_seen=now, last_seen=now) for name in missing],
+                                 ignore_conflicts=True)
+        nodes |= _locking(missing)
+    return nodes
+
+
+def _locking(names: list[str]) -> dict[str, Node]:
     return {node.name: node for node in Node.objects.select_for_update().filter(name__in=names).order_by("name")}
 
 
 def _store_devices(fresh: list[tuple[Node, Snapshot]], now) -> dict[int, list[Device]]:
-    seen = {node.pk: [Device.from_reported(node, d.model_dump(), now) for d in s.devices] for node, s in fresh}
+    rule = idle_rule()
+    seen = {}
+    for node, snapshot in fresh:
+        seen[node.pk] = [Device.from_reported(node, d.model_dump(), now) for d in snapshot.devices]
+        for device in seen[node.pk]:
+            # A GPU new to the centre is first seen now; one it knows keeps its first_seen,
+            # and its busy_at where this snapshot shows no work (the upsert keeps both).
+            device.first_seen = snapshot.collected_at
+            device.busy_at = snapshot.collected_at if rule.busy(device) else None
     rows = [device for devices in seen.values() for device in devices]
-    _carry_busy(fresh, seen)
-    bulk.upsert(Device, rows, ["node", "uuid"], Device.UPDATED_ON_INGEST)
+    bulk.upsert(Device, rows, ["node", "uuid"], Device.UPDATED_ON_INGEST, keep_when_null=["busy_at"],
+                returning=["first_seen", "busy_at"])
     # A GPU missing from its snapshot keeps its row, marked vanished: every reported
     # one was just stamped last_seen=now, so the others of these nodes are the missing.
     Device.objects.filter(node__in=list(seen), vanished_at__isnull=True).exclude(last_seen=now).update(vanished_at=now)
@@ -237,23 +253,6 @@ def _store_devices(fresh: list[tuple[Node, Snapshot]], now) -> dict[int, list[De
         ],
     )
     return seen
-
-
-def _carry_busy(fresh: list[tuple[Node, Snapshot]], seen: dict[int, list[Device]]) -> None:
-    """Give each reported GPU its stored first_seen, and its busy_at moved to this
-    snapshot when the snapshot shows it at work (one query for the batch)."""
-    stored = {
-        (node_id, uuid): (first_seen, busy_at)
-        for node_id, uuid, first_seen, busy_at in Device.objects.filter(node__in=list(seen)).values_list(
-            "node_id", "uuid", "first_seen", "busy_at"
-        )
-    }
-    rule = idle_rule()
-    for node, snapshot in fresh:
-        for device in seen[node.pk]:
-            device.first_seen, device.busy_at = stored.get((node.pk, device.uuid), (snapshot.collected_at, None))
-            if rule.busy(device):
-                device.busy_at = snapshot.collected_at
 
 
 def idle_rule() -> gpu.IdleRule:

@@ -16,17 +16,19 @@ from gpufleet.claims.services import save_claim
 from gpufleet.core import bulk
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
 from gpufleet.fleet.summary import FleetSummary
-from gpufleet.ingest.services import ACCEPTED, REJECTED, STALE, ingest_snapshot
+from gpufleet.ingest.services import ACCEPTED, REJECTED, STALE, ingest_snapshot, ingest_snapshots
+from tests.conftest import missing_service
 from tests.factories import later, snapshot
 
 pytestmark = pytest.mark.django_db
 
-# Per snapshot of a known node: lock the node (insert-if-missing + SELECT FOR
-# UPDATE), read the GPUs' first_seen and busy_at, mark vanished GPUs, upsert
-# devices, insert samples, read the lost GPUs,
-# replace findings (delete + insert), read claims, save the node; plus the
-# transaction's own statements (BEGIN/COMMIT, or a savepoint inside a test's transaction).
-STATEMENTS_PER_SNAPSHOT = 11
+# Per snapshot of a known node: lock the node (SELECT FOR UPDATE), upsert devices
+# (returning their first_seen and busy_at), mark vanished GPUs, insert samples, read
+# the lost GPUs, replace findings (delete + insert), read claims, save the node; plus
+# the transaction's own statements (BEGIN/COMMIT, or a savepoint inside a test's
+# transaction). Where the database cannot return them (SQLite), the device upsert
+# reads first_seen and busy_at first: one statement more.
+STATEMENTS_PER_SNAPSHOT = 9
 
 
 def _row_counts():
@@ -65,9 +67,10 @@ def test_it_uses_a_fixed_number_of_statements_whatever_the_gpu_count(gpus):
     split = connection.ops.bulk_batch_size(Device._meta.concrete_fields[1:], [None] * gpus)
     upserts = -(-gpus // split) if connection.vendor == "sqlite" else 1
     # On PostgreSQL each of the two upserts (node, GPUs) adds three statements to its
-    # INSERT: make the staging table if missing, empty it, COPY into it.
-    staging = 6 if connection.vendor == "postgresql" else 0
-    assert len(statements) == STATEMENTS_PER_SNAPSHOT + upserts - 1 + staging, "\n".join(s[:80] for s in statements)
+    # INSERT: make the staging table if missing, empty it, COPY into it. Elsewhere the
+    # GPU upsert adds its read of first_seen and busy_at.
+    extra = 6 if connection.vendor == "postgresql" else 1
+    assert len(statements) == STATEMENTS_PER_SNAPSHOT + upserts - 1 + extra, "\n".join(s[:80] for s in statements)
     assert Device.objects.filter(node__name="n").count() == gpus
 
 
@@ -295,3 +298,24 @@ def test_the_node_keeps_its_worst_finding_in_words_and_its_gpu_models():
     healthy = snapshot("alpha", 2, at=later(snap))
     ingest_snapshot(healthy)
     assert Node.objects.get(name="alpha").problem == ""
+
+
+def test_on_postgresql_a_snapshot_rewrites_its_gpus_rows_in_place():
+    """The node and GPU tables keep room on each page (fillfactor 50, migration
+    fleet/0012), so each snapshot's new row versions stay beside the old ones (HOT
+    updates) instead of adding index entries that later snapshots read through."""
+    if connection.vendor != "postgresql":
+        missing_service("the test database is not PostgreSQL (set DATABASE_URL=postgres://...)")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relname, reloptions FROM pg_class WHERE relname IN ('fleet_node', 'fleet_device')")
+        assert {name: options for name, options in cursor.fetchall()} == {
+            "fleet_node": ["fillfactor=50"], "fleet_device": ["fillfactor=50"]}
+        # Nodes enough to fill pages (about 5 GPU rows fit in a full one).
+        firsts = [snapshot(f"n{i}", gpus=8) for i in range(4)]
+        ingest_snapshots(firsts)
+        assert {r.outcome for r in ingest_snapshots([snapshot(s["node"], gpus=8, at=later(s)) for s in firsts])} == {
+            ACCEPTED}
+        # This transaction's own counts (the test runs in one).
+        cursor.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relname = 'fleet_device'")
+        updated, in_place = cursor.fetchone()
+    assert updated == 4 * 8 and in_place == updated
