@@ -335,7 +335,7 @@ CELERY_DB_REUSE_MAX = 1000
 CELERY_TASK_DEFAULT_QUEUE = "ingest"
 # The ingest worker stores agents' snapshots in batches of up to this many messages,
 # or of what came within GPUFLEET_INGEST_FLUSH_S (the longest a lone snapshot waits).
-# It prefetches a batch's worth (processes.ingest_worker), so keep the batch well
+# It prefetches two batches' worth (processes.ingest_worker), so keep the batch well
 # below what it can store within the visibility timeout.
 GPUFLEET_INGEST_BATCH = env_int("GPUFLEET_INGEST_BATCH", 200, minimum=1)
 GPUFLEET_INGEST_FLUSH_S = env_float("GPUFLEET_INGEST_FLUSH_S", 0.5, minimum=0.01)

@@ -25,10 +25,13 @@ def database_url_for_workers() -> str:
 @contextlib.contextmanager
 def celery_worker(name: str, queues: str, env: dict[str, str], beat_file: Path | None = None) -> Iterator[WorkerProcess]:
     argv = [sys.executable, "-m", "celery", "-A", "gpufleet.celery", "worker", "-Q", queues,
-            "--pool", "solo", "-n", f"{name}@%h", "--without-mingle", "--without-gossip", "-l", "INFO"]
+            "-n", f"{name}@%h", "--without-mingle", "--without-gossip", "-l", "INFO"]
     if "ingest" in queues.split(","):
-        # As the deployment runs it (processes.ingest_worker): a batch's worth prefetched.
-        argv += ["--prefetch-multiplier", str(settings.GPUFLEET_INGEST_BATCH)]
+        # As the deployment runs it (processes.ingest_worker): a pool process, two
+        # batches' worth prefetched.
+        argv += ["--concurrency", "1", "--prefetch-multiplier", str(2 * settings.GPUFLEET_INGEST_BATCH)]
+    else:
+        argv += ["--pool", "solo"]
     if beat_file is not None:
         argv += ["-B", "-s", str(beat_file)]
     try:
