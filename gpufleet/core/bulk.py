@@ -109,20 +109,21 @@ def _upsert_elsewhere(model, objs, unique, update_fields, keep_when_null, return
 
 def _copy(cursor, table: str, columns: list, objs: Sequence, from_tuples: bool = False) -> None:
     sql = f"COPY {table} ({', '.join(_quoted(f.column) for f in columns)}) FROM STDIN"
-    encoders = [_encoder(f) for f in columns]
+    attnames = [f.attname for f in columns]
+    # Only JSON values need encoding; the rest go to psycopg as they are.
+    encoded = [(i, _json_encoder(f.encoder)) for i, f in enumerate(columns) if isinstance(f, models.JSONField)]
     started = time.monotonic()
     with cursor.cursor.copy(sql) as copy:
         for obj in objs:
-            values = obj if from_tuples else [getattr(obj, f.attname) for f in columns]
-            copy.write_row([encode(value) for value, encode in zip(values, encoders, strict=True)])
+            values = list(obj) if from_tuples else [getattr(obj, name) for name in attnames]
+            for i, encode in encoded:
+                values[i] = encode(values[i])
+            copy.write_row(values)
     _logged(sql, started)
 
 
-def _encoder(field):
-    if isinstance(field, models.JSONField):
-        encoder = field.encoder
-        return lambda value: None if value is None else json.dumps(value, cls=encoder)
-    return lambda value: value
+def _json_encoder(encoder):
+    return lambda value: None if value is None else json.dumps(value, cls=encoder)
 
 
 def _logged(sql: str, started: float) -> None:

@@ -245,8 +245,7 @@ class Device:
     @classmethod
     def from_dict(cls, data: dict) -> Device:
         """The inverse of to_dict; keys an older agent did not send stay unknown."""
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
+        values = {k: v for k, v in data.items() if k in _DEVICE_FIELDS}
         values["mig_devices"] = tuple(MigDevice(**m) for m in data.get("mig_devices") or ())
         values["xid_errors"] = tuple(XidCount(**x) for x in data.get("xid_errors") or ())
         values["processes"] = tuple(_process_from_dict(values["uuid"], p) for p in data.get("processes") or ())
@@ -258,6 +257,9 @@ class Device:
     @property
     def pci_address(self) -> tuple[int, int, int] | None:
         return pci_address(self.pci_bus_id or "")
+
+
+_DEVICE_FIELDS = frozenset(f.name for f in fields(Device))
 
 
 def _process_from_dict(gpu_uuid: str, data: dict) -> GpuProcess:
