@@ -313,9 +313,12 @@ def test_on_postgresql_a_snapshot_rewrites_its_gpus_rows_in_place():
         # Nodes enough to fill pages (about 5 GPU rows fit in a full one).
         firsts = [snapshot(f"n{i}", gpus=8) for i in range(4)]
         ingest_snapshots(firsts)
+        # This transaction's own counts (the test runs in one, which earlier work may share).
+        counts = "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relname = 'fleet_device'"
+        cursor.execute(counts)
+        before = cursor.fetchone()
         assert {r.outcome for r in ingest_snapshots([snapshot(s["node"], gpus=8, at=later(s)) for s in firsts])} == {
             ACCEPTED}
-        # This transaction's own counts (the test runs in one).
-        cursor.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relname = 'fleet_device'")
-        updated, in_place = cursor.fetchone()
+        cursor.execute(counts)
+        updated, in_place = (after - earlier for after, earlier in zip(cursor.fetchone(), before, strict=True))
     assert updated == 4 * 8 and in_place == updated
