@@ -256,9 +256,9 @@ class Device(models.Model):
     def from_reported(cls, node: Node, reported: dict, now) -> Device:
         """A row for one GPU as a snapshot reported it (gpu.Device.to_dict's keys), first
         seen and last busy at `now` (ingest sets both from what it stored)."""
-        values = {key: reported.get(key) for key in cls.COLUMNS}
-        values.update(node_id=node.pk, pci_bus_id=reported.get("pci_bus_id") or "", last_seen=now, first_seen=now,
-                      health={k: v for k, v in reported.items() if k not in cls.COLUMNS and k != "pci_bus_id"})
+        values = {"node_id": node.pk, "pci_bus_id": reported.get("pci_bus_id") or "", "last_seen": now,
+                  "first_seen": now, "health": {k: v for k, v in reported.items() if k not in _NOT_HEALTH}}
+        values.update((key, reported.get(key)) for key in cls.COLUMNS)
         # Every field by position: Django's __init__ takes that path at a third of the
         # cost of keywords, and ingest makes one of these per GPU per snapshot.
         return cls(*(values.get(name) for name in _DEVICE_ATTNAMES))
@@ -295,6 +295,7 @@ class Device(models.Model):
 
 
 _DEVICE_ATTNAMES = [f.attname for f in Device._meta.concrete_fields]
+_NOT_HEALTH = frozenset((*Device.COLUMNS, "pci_bus_id"))
 
 
 class Finding(models.Model):
