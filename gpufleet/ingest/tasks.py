@@ -13,7 +13,9 @@ import logging
 import time
 
 from celery import shared_task
-from celery_batches import Batches, consume_queue
+from celery.exceptions import SoftTimeLimitExceeded
+from celery_batches import Batches, SimpleRequest, consume_queue
+from celery_batches.trace import apply_batches_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
@@ -59,14 +61,41 @@ class IngestBatches(Batches):
         if not self._buffer.empty():
             self._do_flush()
 
+    def flush(self, requests):
+        """Batches' flush for this acks_late task, but a batch that could not be stored
+        for now (RETRY_LATER) goes back to the broker, to be taken again, instead of
+        being acknowledged. Any other failure is logged and acknowledged, as Batches
+        does, so that a batch which always fails cannot hold up the queue."""
+        batch = ([SimpleRequest.from_request(r) for r in requests],)
+
+        def on_return(result) -> None:
+            if result == RETRY_LATER:
+                log.warning("gave %d ingest messages back to the broker: their batch could not be stored for now", len(requests))
+                for request in requests:
+                    request.reject(requeue=True)
+            else:
+                for request in requests:
+                    request.acknowledge()
+
+        return self._pool.apply_async(apply_batches_task, (self, batch, 0, None), callback=on_return)
+
+
+# What the ingest task returns for a batch it could not store for now: the database
+# unreachable for longer than its retries, or the batch past its soft time limit.
+RETRY_LATER = "retry later"
+
 
 @shared_task(base=IngestBatches, name=wire.INGEST_TASK, ignore_result=True,
              flush_every=settings.GPUFLEET_INGEST_BATCH, flush_interval=settings.GPUFLEET_INGEST_FLUSH_S)
 def ingest(requests: list) -> list[str]:
     """Store the snapshots of a batch of agents' messages (celery-batches' requests);
     one outcome per message, in order. The messages are acknowledged (acks_late) once
-    this returns."""
-    return ingest_messages([(list(r.args), dict(r.kwargs)) for r in requests])
+    this returns, or given back to the broker when it returns RETRY_LATER."""
+    try:
+        return ingest_messages([(list(r.args), dict(r.kwargs)) for r in requests])
+    except (OperationalError, InterfaceError, SoftTimeLimitExceeded) as exc:
+        log.error("could not store a batch of %d snapshots, will take them again: %s", len(requests), exc)
+        return RETRY_LATER
 
 
 def ingest_message(snapshot: dict, job_id: int | None = None, auth: dict | None = None) -> str:

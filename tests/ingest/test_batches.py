@@ -202,3 +202,56 @@ def test_it_raises_when_the_database_stays_unreachable(monkeypatch):
     monkeypatch.setattr(tasks, "close_old_connections", lambda: None)
     with pytest.raises(OperationalError):
         tasks.store_with_retries([snapshot("n", gpus=1)], delays=(1,))
+
+
+class _Received:
+    """A message as the worker's consumer holds it (what Batches.flush reads), that
+    records whether it was acknowledged or given back to the broker."""
+
+    def __init__(self, message: dict):
+        self.id, self.name, self.hostname = "id", wire.INGEST_TASK, "ingest@test"
+        self._payload = ([message["snapshot"], message["job_id"]], {"auth": message["auth"]}, {})
+        self.delivery_info, self.request_dict = {}, {}
+        self.ignore_result, self.reply_to, self.correlation_id = True, None, None
+        self.fate = None
+
+    def acknowledge(self):
+        self.fate = "acknowledged"
+
+    def reject(self, requeue=False):
+        self.fate = "requeued" if requeue else "rejected"
+
+
+class _InlinePool:
+    def apply_async(self, target, args, callback):
+        callback(target(*args))
+
+
+def _flushed(monkeypatch, store) -> list[str | None]:
+    monkeypatch.setattr(tasks.ingest, "_pool", _InlinePool(), raising=False)
+    monkeypatch.setattr(tasks, "store_with_retries", store)
+    received = [_Received(signed_ingest(snapshot(f"n{i}", gpus=1))) for i in range(3)]
+    tasks.ingest.flush(received)
+    return [r.fate for r in received]
+
+
+def test_a_batch_the_database_cannot_take_for_now_goes_back_to_the_broker(monkeypatch):
+    """The database unreachable for longer than the task's retries: nothing is stored,
+    and the messages are given back to be taken again, never acknowledged as stored."""
+    def unreachable(snapshots):
+        raise OperationalError("connection refused")
+
+    assert _flushed(monkeypatch, unreachable) == ["requeued"] * 3
+    assert not Node.objects.exists()
+
+
+def test_a_stored_batch_is_acknowledged_and_one_that_fails_for_good_too(monkeypatch):
+    """A batch that fails with anything but an unreachable database would fail again
+    on every delivery: it is logged and acknowledged, so it cannot hold up the queue."""
+    assert _flushed(monkeypatch, tasks.store_with_retries) == ["acknowledged"] * 3
+    assert Node.objects.count() == 3
+
+    def broken(snapshots):
+        raise RuntimeError("a bug")
+
+    assert _flushed(monkeypatch, broken) == ["acknowledged"] * 3
