@@ -98,23 +98,30 @@ class FleetSummary:
         title = f"{count} node{'s' if count != 1 else ''} stopped reporting"
         return FleetFinding("offline", Health.FAIL, title, items, max(0, count - len(items)))
 
-    def _drift(self, column: str, param: str, title: str, shorten=str) -> FleetFinding | None:
-        # Online nodes only: what an offline node reported last may be long out of date.
-        versions = list(
+    @cached_property
+    def _versions(self) -> list[dict]:
+        """Online nodes by driver and toolkit version: one scan for both drift findings
+        (a handful of rows: a fleet runs few versions). Online only: what an offline
+        node reported last may be long out of date."""
+        return list(
             Node.objects.filter(_ONLINE, present=True)
-            .exclude(**{column: ""})
-            .values(column)
+            .values("driver_version", "toolkit_version")
             .annotate(n=Count("pk"))
-            .order_by("-n", column)
+            .order_by()
         )
-        if len(versions) < 2:
+
+    def _drift(self, column: str, param: str, title: str, shorten=str) -> FleetFinding | None:
+        counts: dict[str, int] = {}
+        for row in self._versions:
+            if row[column]:
+                counts[row[column]] = counts.get(row[column], 0) + row["n"]
+        if len(counts) < 2:
             return None
+        versions = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
         items = [
-            Item(
-                f"{shorten(row[column])} on {row['n']} node{'s' if row['n'] != 1 else ''}",
-                query=urlencode({param: row[column]}) if param else "",
-            )
-            for row in versions[:LIST_LIMIT]
+            Item(f"{shorten(version)} on {n} node{'s' if n != 1 else ''}",
+                 query=urlencode({param: version}) if param else "")
+            for version, n in versions[:LIST_LIMIT]
         ]
         return FleetFinding(f"{param or 'toolkit'}_drift", Health.WARN, title, items, max(0, len(versions) - LIST_LIMIT))
 

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
+from gpufleet.fleet.summary import FleetSummary
 from tests.factories import hx, ingest
 
 
@@ -235,10 +236,10 @@ def test_it_refuses_post(operator_client, make_fleet):
 # permissions (user, groups). Then the filter form's driver versions (full page
 # only: the fragments do not draw the form); the table: count, page; the summary:
 # tiles, failing and warning nodes' problems, offline nodes, driver and toolkit
-# drift, vanished GPUs, claims naming missing GPUs.
-FULL_PAGE_QUERIES = 15
+# drift (one query for both), vanished GPUs, claims naming missing GPUs.
+FULL_PAGE_QUERIES = 14
 TABLE_QUERIES = 6
-SUMMARY_QUERIES = 12
+SUMMARY_QUERIES = 11
 
 
 @pytest.mark.django_db
@@ -267,3 +268,17 @@ def test_it_pushes_the_short_url_for_a_filter_form_sent_by_htmx(viewer_client, m
     assert 'hx-get="/?health=warn&amp;sort=name" hx-trigger="every 10s"' in response.content.decode()
     # A refresh from the short URL itself pushes nothing.
     assert "HX-Push-Url" not in viewer_client.get("/?health=warn&sort=name", **hx())
+
+
+@pytest.mark.django_db
+def test_drift_counts_each_version_over_every_node_that_runs_it():
+    """Driver and toolkit drift come from one query by (driver, toolkit): each version's
+    count adds up its rows, and the most common version comes first."""
+    fleet = [("570.1", "1.17.0"), ("570.1", "1.17.0"), ("570.1", "1.18.2"), ("550.5", "1.18.2"), ("550.5", ""),
+             ("580.9", "1.17.0")]
+    for i, (driver, toolkit) in enumerate(fleet):
+        Node.objects.create(name=f"n{i}", present=True, driver_version=driver, toolkit_version=toolkit)
+    Node.objects.create(name="gone", present=True, offline=True, driver_version="999.0", toolkit_version="9.9")
+    findings = {f.code: [item.text for item in f.items] for f in FleetSummary().findings}
+    assert findings["driver_drift"] == ["570.1 on 3 nodes", "550.5 on 2 nodes", "580.9 on 1 node"]
+    assert findings["toolkit_drift"] == ["1.17.0 on 3 nodes", "1.18.2 on 2 nodes"]
