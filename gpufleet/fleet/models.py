@@ -255,7 +255,7 @@ class Device(models.Model):
     @classmethod
     def from_reported(cls, node: Node, reported: dict, now) -> Device:
         """A row for one GPU as a snapshot reported it (gpu.Device.to_dict's keys), first
-        seen and last busy at `now` (ingest sets both from what it stored)."""
+        seen `now` and never busy (ingest sets both from the snapshot and what it stored)."""
         values = {"node_id": node.pk, "pci_bus_id": reported.get("pci_bus_id") or "", "last_seen": now,
                   "first_seen": now, "health": {k: v for k, v in reported.items() if k not in _NOT_HEALTH}}
         values.update((key, reported.get(key)) for key in cls.COLUMNS)
