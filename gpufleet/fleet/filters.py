@@ -10,12 +10,12 @@ from __future__ import annotations
 import django_filters
 from django import forms
 from django.core.paginator import Page, Paginator
-from django.db.models import Case, F, FloatField, IntegerField, Q, QuerySet, Value, When
+from django.db.models import F, FloatField, Q, QuerySet, Value
 from django.db.models.functions import Cast, NullIf
 from django.utils.functional import cached_property
 
 from gpufleet.core.filters import ListFilterSet
-from gpufleet.fleet.models import Attach, FindingStatus, Health, Node
+from gpufleet.fleet.models import HEALTH_RANK, Attach, Health, Node
 
 PROBLEMS = "problems"
 HEALTH_CHOICES = [*Health.choices, (PROBLEMS, "Warning, failing or offline")]
@@ -25,15 +25,9 @@ PER_PAGE_CHOICES = [("25", "25"), ("100", "100"), ("200", "200")]
 
 # Sort key -> the expressions it orders by (ascending); "-key" sorts descending.
 # Name is always the tie-breaker so pages are stable between refreshes.
-# Health.rank in SQL: offline is worst, then the stored worst finding.
-_HEALTH_RANK = Case(
-    When(offline=True, then=Value(Health.OFFLINE.rank)),
-    *(When(health=status, then=Value(status.rank)) for status in FindingStatus),
-    output_field=IntegerField(),
-)
 _SORTS = {
     "name": F("name"),
-    "health": _HEALTH_RANK,
+    "health": HEALTH_RANK,
     "gpus": F("gpu_count"),
     "vram": Cast("vram_used_mib", FloatField()) / NullIf(F("vram_total_mib"), Value(0)),
     "util": F("utilization_mean"),
@@ -140,11 +134,18 @@ class NodeFilter(ListFilterSet):
         return any(self.cleaned(name) for name in _NARROWING)
 
 
+# Sorts whose expression is never NULL take no NULLS LAST: the node_worst_first index
+# serves the default sort only in the order it was made in, and indexes take none on SQLite.
+_NEVER_NULL = {"name", "health"}
+
+
 def _ordering(sort: str) -> list:
     descending = sort.startswith("-")
-    expression = _SORTS[sort.lstrip("-")]
-    first = expression.desc(nulls_last=True) if descending else expression.asc(nulls_last=True)
-    return [first, "name"] if sort.lstrip("-") != "name" else [first]
+    key = sort.lstrip("-")
+    expression = _SORTS[key]
+    nulls = {} if key in _NEVER_NULL else {"nulls_last": True}
+    first = expression.desc(**nulls) if descending else expression.asc(**nulls)
+    return [first, "name"] if key != "name" else [first]
 
 
 def paginate(node_filter: NodeFilter, page_number) -> Page:

@@ -4,12 +4,15 @@ sort and paging kept in the URL, and its HTMX fragments."""
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
+from gpufleet.fleet.filters import DEFAULT_PER_PAGE, NodeFilter
 from gpufleet.fleet.summary import FleetSummary
+from tests.conftest import missing_service
 from tests.factories import hx, ingest
 
 
@@ -282,3 +285,19 @@ def test_drift_counts_each_version_over_every_node_that_runs_it():
     findings = {f.code: [item.text for item in f.items] for f in FleetSummary().findings}
     assert findings["driver_drift"] == ["570.1 on 3 nodes", "550.5 on 2 nodes", "580.9 on 1 node"]
     assert findings["toolkit_drift"] == ["1.17.0 on 3 nodes", "1.18.2 on 2 nodes"]
+
+
+@pytest.mark.django_db
+def test_on_postgresql_the_first_page_worst_first_is_read_off_an_index(make_fleet):
+    """The overview's default order (health rank, worst first, then name) is the key
+    of the node_worst_first index, so its first page needs no sort of the whole fleet."""
+    if connection.vendor != "postgresql":
+        missing_service("the test database is not PostgreSQL (set DATABASE_URL=postgres://...)")
+    make_fleet(3)
+    page = NodeFilter({}, queryset=Node.objects.all()).qs[:DEFAULT_PER_PAGE]
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a 3-node table is otherwise read whole
+        sql, params = page.query.sql_with_params()
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "node_worst_first" in plan and "Sort" not in plan, plan
