@@ -9,8 +9,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from gpufleet.claims.models import Claim
-from gpufleet.fleet.models import Node
 from gpufleet.fleet.filters import DEFAULT_PER_PAGE, NodeFilter
+from gpufleet.fleet.models import Node
 from gpufleet.fleet.summary import FleetSummary
 from tests.conftest import missing_service
 from tests.factories import hx, ingest
