@@ -329,6 +329,10 @@ CELERY_TASK_TIME_LIMIT = 120
 CELERY_TASK_SOFT_TIME_LIMIT = 100
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Nothing sends the workers remote-control commands (celery inspect/control), and each
+# worker otherwise keeps a Redis pub/sub connection for them: a second socket on which a
+# Redis outage shows first, while a reply to the queue's BRPOP, lost with it, went unsaid.
+CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 # Celery's Django fixup closes the database connection after every task unless told
 # to reuse it: at 1 connection per snapshot that cost ingest 4/5 of its speed.
 CELERY_DB_REUSE_MAX = 1000
