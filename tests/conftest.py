@@ -21,6 +21,14 @@ def missing_service(reason: str) -> None:
     pytest.skip(reason)
 
 
+def needs_postgresql() -> None:
+    """`missing_service` unless the test database is PostgreSQL."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        missing_service("the test database is not PostgreSQL (set DATABASE_URL=postgres://...)")
+
+
 def _persona(django_user_model, username: str, role: str | None):
     from django.contrib.auth.models import Group
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from gpufleet.fleet import history, partitions
 from gpufleet.fleet.models import Device, DeviceSample, DeviceSample5m
-from tests.conftest import missing_service
+from tests.conftest import needs_postgresql
 from tests.factories import ingest
 
 pytestmark = pytest.mark.django_db
@@ -26,8 +26,7 @@ HOUR = timedelta(hours=1)
 
 @pytest.fixture(autouse=True)
 def _postgresql(db):
-    if connection.vendor != "postgresql":
-        missing_service("the test database is not PostgreSQL (set DATABASE_URL=postgres://...)")
+    needs_postgresql()
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from gpufleet.core import bulk
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
 from gpufleet.fleet.summary import FleetSummary
 from gpufleet.ingest.services import ACCEPTED, REJECTED, STALE, ingest_snapshot, ingest_snapshots
-from tests.conftest import missing_service
+from tests.conftest import needs_postgresql
 from tests.factories import later, snapshot
 
 pytestmark = pytest.mark.django_db
@@ -304,8 +304,7 @@ def test_on_postgresql_a_snapshot_rewrites_its_gpus_rows_in_place():
     """The node and GPU tables keep room on each page (fillfactor 50, migration
     fleet/0012), so each snapshot's new row versions stay beside the old ones (HOT
     updates) instead of adding index entries that later snapshots read through."""
-    if connection.vendor != "postgresql":
-        missing_service("the test database is not PostgreSQL (set DATABASE_URL=postgres://...)")
+    needs_postgresql()
     with connection.cursor() as cursor:
         cursor.execute("SELECT relname, reloptions FROM pg_class WHERE relname IN ('fleet_node', 'fleet_device')")
         assert {name: options for name, options in cursor.fetchall()} == {

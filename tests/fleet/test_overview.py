@@ -12,7 +12,7 @@ from gpufleet.claims.models import Claim
 from gpufleet.fleet.filters import DEFAULT_PER_PAGE, NodeFilter
 from gpufleet.fleet.models import Node
 from gpufleet.fleet.summary import FleetSummary
-from tests.conftest import missing_service
+from tests.conftest import needs_postgresql
 from tests.factories import hx, ingest
 
 
@@ -291,8 +291,7 @@ def test_drift_counts_each_version_over_every_node_that_runs_it():
 def test_on_postgresql_the_first_page_worst_first_is_read_off_an_index(make_fleet):
     """The overview's default order (health rank, worst first, then name) is the key
     of the node_worst_first index, so its first page needs no sort of the whole fleet."""
-    if connection.vendor != "postgresql":
-        missing_service("the test database is not PostgreSQL (set DATABASE_URL=postgres://...)")
+    needs_postgresql()
     make_fleet(3)
     page = NodeFilter({}, queryset=Node.objects.all()).qs[:DEFAULT_PER_PAGE]
     with connection.cursor() as cursor:
