@@ -71,3 +71,47 @@ def test_a_malformed_snapshot_through_the_broker_is_rejected_and_the_worker_goes
         assert any("the message is not signed" in line for line in refused), ingest.output
         assert any(f"node '{node_name}-other' signed a snapshot of another node" in line for line in refused)
         assert ingest.alive()
+
+
+def test_snapshots_travel_compressed_and_plain_ones_from_older_agents_still_store(broker, node_name):
+    """Agents compress what they send (a quarter of the bytes in the broker); an agent of
+    an earlier release sends plain messages, which the worker takes as before. A message
+    that would inflate past the bound is logged and dropped, and the worker goes on."""
+    import json
+
+    import redis
+    from celery import Celery
+
+    from gpufleet import wire
+    from gpufleet.celery import INFLATED_MAX_BYTES
+    from tests.factories import agent_auth, snapshot
+
+    queue = redis.Redis.from_url(broker.url)
+    bomb = {"node": f"{node_name}-bomb", "pad": "0" * INFLATED_MAX_BYTES}
+    send_snapshot(bomb)
+    current = snapshot(node_name, gpus=8)
+    send_snapshot(current)
+    sent = queue.lindex(wire.INGEST_QUEUE, 0)  # the newest: kombu pushes on the left
+    assert json.loads(sent)["headers"]["compression"] == "application/x-gzip"
+    assert len(sent) < len(json.dumps(current)) / 2
+
+    older = Celery("older-agent", broker=broker.url, set_as_current=False)
+    older.conf.broker_transport_options = broker.transport_options
+    plain = snapshot(f"{node_name}-older", gpus=2)
+    args = [plain, None]
+    older.send_task(wire.INGEST_TASK, args=args, kwargs={"auth": agent_auth(plain["node"], wire.INGEST_TASK, args)},
+                    queue=wire.INGEST_QUEUE)
+    assert "compression" not in json.loads(queue.lindex(wire.INGEST_QUEUE, 0))["headers"]
+    older.close()
+
+    with celery_worker("ingest", "ingest", _env(broker, "central", "central")) as ingest:
+        stored = wait_for(lambda: Node.objects.filter(name__in=[node_name, plain["node"]]).count() == 2 or None, 20,
+                          "the compressed and the plain snapshot", (ingest,))
+        assert stored
+        assert Node.objects.get(name=node_name).gpu_count == 8
+        assert Node.objects.get(name=plain["node"]).gpu_count == 2
+        wait_for(lambda: any("inflates to more than" in line for line in ingest.lines) or None, 10,
+                 "the oversized message in the worker log", (ingest,))
+        assert not Node.objects.filter(name=bomb["node"]).exists()
+        assert ingest.alive()
+    queue.close()
