@@ -9,11 +9,13 @@ and found to be that of the node the snapshot reports on."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import worker_process_init
 from celery_batches import Batches, SimpleRequest, consume_queue
 from celery_batches.trace import apply_batches_task
 from django.conf import settings
@@ -78,6 +80,25 @@ class IngestBatches(Batches):
                     request.acknowledge()
 
         return self._pool.apply_async(apply_batches_task, (self, batch, 0, None), callback=on_return)
+
+
+# The youngest generation's threshold in the ingest pool process: 10,000 new container
+# objects between collections, against Python's 700.
+GC_YOUNG_THRESHOLD = 10_000
+
+
+@worker_process_init.connect
+def collect_garbage_for_batches(**_) -> None:
+    """Tune the cyclic garbage collector in the pool process that stores batches (only
+    the ingest worker runs a prefork pool). A batch holds a few hundred thousand live
+    objects (each snapshot's dicts, its pydantic models, its rows), and with Python's
+    thresholds the collector went through them again and again as a batch was built:
+    a fifth of storing one (in process, 8-GPU snapshots: 0.92 -> 0.71 ms of CPU each).
+    What the process holds from its start (modules, Django, Celery) is frozen out of
+    collections for good, and the young generation is collected less often; the
+    garbage that only the collector frees (reference cycles) waits a little longer."""
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 # What the ingest task returns for a batch it could not store for now: the database

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
+from celery.signals import worker_process_init
 from celery_batches import SimpleRequest
 from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
@@ -255,3 +258,22 @@ def test_a_stored_batch_is_acknowledged_and_one_that_fails_for_good_too(monkeypa
         raise RuntimeError("a bug")
 
     assert _flushed(monkeypatch, broken) == ["acknowledged"] * 3
+
+
+@pytest.fixture
+def collector_restored():
+    threshold = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*threshold)
+
+
+@pytest.mark.django_db(False)
+def test_the_pool_process_that_stores_batches_collects_garbage_less_often(collector_restored):
+    """Celery sends worker_process_init in each new pool process: there, what the process
+    holds from its start leaves the collector's generations, and the youngest is collected
+    after GC_YOUNG_THRESHOLD new objects instead of Python's 700."""
+    assert gc.get_freeze_count() == 0
+    worker_process_init.send(sender=None)
+    assert gc.get_threshold()[0] == tasks.GC_YOUNG_THRESHOLD > 700
+    assert gc.get_freeze_count() > 10_000  # the modules, Django and Celery loaded in this process
