@@ -20,6 +20,8 @@ from celery_batches import Batches, SimpleRequest, consume_queue
 from celery_batches.trace import apply_batches_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
+from kombu.transport.redis import QoS as RedisQoS
+from kombu.transport.virtual import QoS as VirtualQoS
 
 from gpufleet import wire
 from gpufleet.fleet import credentials
@@ -76,10 +78,43 @@ class IngestBatches(Batches):
                 for request in requests:
                     request.reject(requeue=True)
             else:
-                for request in requests:
-                    request.acknowledge()
+                acknowledge(requests)
 
         return self._pool.apply_async(apply_batches_task, (self, batch, 0, None), callback=on_return)
+
+
+def acknowledge(requests) -> None:
+    """Acknowledge a batch's messages, those received from Redis in one round trip.
+    kombu's Redis transport acknowledges each message with a round trip of its own (its
+    two entries in the index of unacknowledged messages removed in a pipeline), and the
+    worker's consumer waits for each; kombu offers no batch acknowledgement, but its QoS
+    adds the removals to a pipeline it is given, hence this. A message of any other
+    transport is acknowledged as Celery does it. If Redis is unreachable the messages
+    stay in the index and Redis delivers them again after the visibility timeout (their
+    snapshots are then stale): logged, as kombu logs a failed acknowledgement."""
+    by_qos: dict[RedisQoS, list] = {}
+    for request in requests:
+        message = getattr(request, "message", None)
+        qos = getattr(getattr(message, "channel", None), "qos", None)
+        if isinstance(qos, RedisQoS) and not request.acknowledged:
+            by_qos.setdefault(qos, []).append(request)
+        else:
+            request.acknowledge()
+    for qos, received in by_qos.items():
+        try:
+            with qos.pipe_or_acquire() as pipe:
+                for request in received:
+                    qos._remove_from_indices(request.message.delivery_tag, pipe)
+                pipe.execute()
+        except qos.channel.connection_errors as exc:
+            log.error("could not acknowledge %d ingest messages, the broker will deliver them again: %r",
+                      len(received), exc)
+        for request in received:
+            # What kombu's and Celery's acknowledgement do once Redis has answered: the
+            # message leaves the channel's prefetch window and is not acknowledged again.
+            VirtualQoS.ack(qos, request.message.delivery_tag)
+            request.message._state = "ACK"
+            request.acknowledged = True
 
 
 # The youngest generation's threshold in the ingest pool process: 10,000 new container
