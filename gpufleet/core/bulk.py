@@ -14,6 +14,7 @@ as model instances built by the caller's code hold them."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Sequence
@@ -70,6 +71,11 @@ def upsert(model: type[models.Model], objs: Sequence[models.Model], unique_field
                        f" SELECT {names} FROM {table} WITH NO DATA")
         cursor.execute(f"DELETE FROM {staging}")  # rows of an earlier upsert in this transaction
         _copy(cursor, staging, written, objs)
+        if connection.timezone_name == "UTC":
+            # psycopg's own loader, in C, reads the returned timestamps: Django's, in
+            # Python, only sets the time zone the session's UTC gives already, at three
+            # times the cost (16 timestamps an 8-GPU snapshot).
+            cursor.cursor.adapters.register_loader("timestamptz", _c_timestamptz_loader())
         cursor.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {staging} ORDER BY {keys}"
                        f" ON CONFLICT ({keys}) DO UPDATE SET {updates}"
                        f" RETURNING {_quoted(meta.pk.column)}, {keys}{extra}")
@@ -80,6 +86,13 @@ def upsert(model: type[models.Model], objs: Sequence[models.Model], unique_field
         for field, value in zip(returned, row[1 + len(unique):], strict=True):
             setattr(obj, field.attname, field.from_db_value(value, None, connection)
                     if hasattr(field, "from_db_value") else value)
+
+
+@functools.cache
+def _c_timestamptz_loader():
+    from psycopg import adapters, pq
+
+    return adapters.get_loader(adapters.types["timestamptz"].oid, pq.Format.TEXT)
 
 
 def _upsert_elsewhere(model, objs, unique, update_fields, keep_when_null, returning) -> None:

@@ -1,0 +1,37 @@
+"""core.bulk: many rows of a model in a fixed number of statements."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpufleet.core import bulk
+from gpufleet.fleet.models import Device, Node
+from tests.factories import snapshot
+
+pytestmark = pytest.mark.django_db
+
+FIRST = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+
+def test_an_upsert_sets_what_the_rows_hold_afterwards_as_the_orm_reads_them():
+    """first_seen is not updated, so the row's own comes back; busy_at is kept where the
+    new value is None: the stored one comes back, to the microsecond, in UTC."""
+    node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
+    reported = snapshot("n", gpus=1)["devices"][0]
+    stored = Device.from_reported(node, reported, FIRST)
+    stored.busy_at = FIRST + timedelta(seconds=1)
+    stored.save()
+    later = FIRST + timedelta(days=1)
+    again = Device.from_reported(node, reported, later)
+    assert again.first_seen == later and again.busy_at is None
+
+    bulk.upsert(Device, [again], ["node", "uuid"], Device.UPDATED_ON_INGEST, keep_when_null=["busy_at"],
+                returning=["first_seen", "busy_at"])
+
+    assert again.pk == stored.pk
+    assert (again.first_seen, again.busy_at) == Device.objects.values_list("first_seen", "busy_at").get(pk=stored.pk)
+    assert (again.first_seen, again.busy_at) == (FIRST, FIRST + timedelta(seconds=1))
+    assert again.first_seen.utcoffset() == again.busy_at.utcoffset() == timedelta(0)
+    assert Device.objects.get(pk=stored.pk).last_seen == later
