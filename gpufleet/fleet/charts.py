@@ -43,8 +43,13 @@ class Sample(NamedTuple):
 
     def peak(self, measure: str):
         """The highest value of `measure` ("vram_used_mib" ...) this point stands for."""
-        highest = getattr(self, f"{measure}_max")
+        highest = getattr(self, _HIGHEST[measure])
         return getattr(self, measure) if highest is None else highest
+
+
+# What a sample measures, and the field of each one's maximum in a rollup.
+MEASURES = ("vram_used_mib", "utilization_percent", "temperature_c", "power_draw_w")
+_HIGHEST = {measure: f"{measure}_max" for measure in MEASURES}
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,7 @@ def segments(
     span = (end - start).total_seconds()
     if span <= 0 or top <= 0:
         return ()
-    placed = [(_offset(at, start, span), value) for at, value in points]
+    placed = [(_bucket(_offset(at, start, span), buckets), value) for at, value in points]
     return _segments(placed, span, top, width=width, height=height, buckets=buckets, max_gap=max_gap)
 
 
@@ -118,8 +123,13 @@ def _offset(at: datetime, start: datetime, span: float) -> float | None:
     return offset / span if 0 <= offset <= span else None
 
 
+def _bucket(share: float | None, buckets: int) -> int | None:
+    """Which of `buckets` equal slices of the chart a share (0..1) of its time falls in."""
+    return None if share is None else min(buckets - 1, int(share * buckets))
+
+
 def _segments(
-    placed: Iterable[tuple[float | None, float | None]],
+    placed: Iterable[tuple[int | None, float | None]],
     span: float,
     top: float,
     *,
@@ -132,22 +142,22 @@ def _segments(
         return ()
     peaks: dict[int, float] = {}
     broken: set[int] = set()  # buckets that hold a missing value
-    for share, value in placed:
-        if share is None:
+    for bucket, value in placed:
+        if bucket is None:
             continue
-        bucket = min(buckets - 1, int(share * buckets))
         if value is None:
             broken.add(bucket)
             continue
         peaks[bucket] = max(value, peaks.get(bucket, value))
 
     step = width / buckets
+    longest = max_gap.total_seconds()
     runs: list[list[tuple[float, float]]] = []
     previous: int | None = None
     for bucket in sorted(peaks):
         gap = previous is not None and (
-            any(b in broken for b in range(previous + 1, bucket))
-            or (bucket - previous) * span / buckets > max_gap.total_seconds()
+            (bucket - previous) * span / buckets > longest
+            or (broken and any(b in broken for b in range(previous + 1, bucket)))
         )
         if previous is None or gap:
             runs.append([])
@@ -177,18 +187,18 @@ def gpu_chart(
     start = end - timedelta(hours=hours)
     # A silence longer than a twentieth of the range breaks the line (15 min in 24 h).
     gap = max(MAX_GAP * hours / 24, timedelta(minutes=2))
-    vram = _peaks(samples, "vram_used_mib")
-    util = _peaks(samples, "utilization_percent")
-    temps = _peaks(samples, "temperature_c")
-    watts = _peaks(samples, "power_draw_w")
+    # Each sample's peaks and where it falls, worked out once for the four lines, their
+    # peaks and the hover columns: the 24 h node page charts 8 GPUs of 288 samples each.
+    peaks = {measure: [s.peak(measure) for s in samples] for measure in MEASURES}
+    vram, util, temps, watts = (_known(peaks[measure]) for measure in MEASURES)
     vram_top = vram_total_mib or max(vram, default=0)
     power_top = power_limit_w or max(watts, default=0)
     span = (end - start).total_seconds()
-    # Where each sample falls, worked out once for all four lines and the hover columns.
     shares = [_offset(s.at, start, span) if span > 0 else None for s in samples]
+    buckets = [_bucket(share, BUCKETS) for share in shares]
 
     def line(values, top: float) -> tuple[str, ...]:
-        return _segments(zip(shares, values, strict=True), span, float(top or 0), max_gap=gap)
+        return _segments(zip(buckets, values, strict=True), span, float(top or 0), max_gap=gap)
 
     return Chart(
         start=start,
@@ -202,31 +212,33 @@ def gpu_chart(
         power=line((s.power_draw_w for s in samples), power_top),
         temperature_peak=max(temps, default=None),
         power_peak_w=max(watts, default=None),
-        columns=_columns(samples, shares, start, end),
+        columns=_columns(peaks, shares, start, end),
     )
 
 
-def _peaks(samples: Sequence[Sample], measure: str) -> list:
-    return [peak for s in samples if (peak := s.peak(measure)) is not None]
+def _known(values: Iterable) -> list:
+    return [value for value in values if value is not None]
 
 
-def _columns(samples: Sequence[Sample], shares: list[float | None], start: datetime, end: datetime) -> tuple[Column, ...]:
-    buckets: dict[int, list[Sample]] = {}
-    for sample, share in zip(samples, shares, strict=True):
+def _columns(peaks: dict[str, list], shares: list[float | None], start: datetime, end: datetime) -> tuple[Column, ...]:
+    """The hover columns, from each sample's peaks (by measure, in sample order)."""
+    members: dict[int, list[int]] = {}
+    for i, share in enumerate(shares):
         if share is not None:
-            buckets.setdefault(min(HOVER_COLUMNS - 1, int(share * HOVER_COLUMNS)), []).append(sample)
+            members.setdefault(_bucket(share, HOVER_COLUMNS), []).append(i)
     step = WIDTH / HOVER_COLUMNS
     # Beyond a day a time alone is ambiguous: name the day too ("Tue 06:00").
     when = "%a %H:%M" if end - start > timedelta(hours=24) else "%H:%M"
     columns = []
-    for index, found in sorted(buckets.items()):
+    for index, found in sorted(members.items()):
         begin = start + (end - start) * index / HOVER_COLUMNS
+        vram, util, temps, watts = (_known(peaks[measure][i] for i in found) for measure in MEASURES)
         parts = [f"{begin:{when}}–{begin + (end - start) / HOVER_COLUMNS:{when}}"]
         for label, values, unit in (
-            ("VRAM peak", [mib / 1024 for mib in _peaks(found, "vram_used_mib")], " GiB"),
-            ("util. peak", _peaks(found, "utilization_percent"), " %"),
-            ("temp. peak", _peaks(found, "temperature_c"), " °C"),
-            ("power peak", _peaks(found, "power_draw_w"), " W"),
+            ("VRAM peak", [mib / 1024 for mib in vram], " GiB"),
+            ("util. peak", util, " %"),
+            ("temp. peak", temps, " °C"),
+            ("power peak", watts, " W"),
         ):
             if values:
                 parts.append(f"{label} {max(values):.0f}{unit}" if unit != " GiB" else f"{label} {max(values):.1f}{unit}")
