@@ -20,6 +20,7 @@ import sys
 import textwrap
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -87,9 +88,8 @@ def _healthz(port: int) -> bool:
         return False
 
 
-def _started_pid(log, name: str) -> int:
-    log.seek(0)
-    return int(re.findall(rf"\| {name} started \(pid (\d+)\)", log.read())[-1])
+def _started_pid(log: Path, name: str) -> int:
+    return int(re.findall(rf"\| {name} started \(pid (\d+)\)", log.read_text())[-1])
 
 
 def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
@@ -103,11 +103,14 @@ def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
         missing_service("redis-server is not installed (apt-get install redis-server)")
     killed_ones = ("web", "ingest", "redis")
     db = data / "gpufleet.sqlite3"
-    log = open(tmp_path / "up.log", "w+")
+    # up writes through a description of its own, opened to append, and the test reads the
+    # file anew each time: with one shared description (and so one offset) a seek of the
+    # reader's moved up's next writes back over the start of the log.
+    log = tmp_path / "up.log"
     started = time.monotonic()
-    up = subprocess.Popen([sys.executable, "manage.py", "up", "--bind", f"127.0.0.1:{port}", "--agent", "demo-1"],
-                          cwd=REPO, env=env,
-                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(log, "ab") as up_output:
+        up = subprocess.Popen([sys.executable, "manage.py", "up", "--bind", f"127.0.0.1:{port}", "--agent", "demo-1"],
+                              cwd=REPO, env=env, stdout=up_output, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _wait(lambda: _query(db, "select gpu_count from fleet_node where name='this-host'"), 60, "this host", up)
         listed_after = time.monotonic() - started
@@ -115,8 +118,7 @@ def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
         assert _query(db, "select gpu_count, attach from fleet_node where name='this-host'") == [(8, "cdi")]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=10) as page:
             assert page.status == 200
-        log.seek(0)
-        output = log.read()
+        output = log.read_text()
         assert re.search(r"Admin login \(shown once\): admin / \S+", output)
         assert "broker private redis," in output
 
@@ -137,8 +139,7 @@ def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
         except AssertionError as exc:
             states = _query(db, f"select id, status, output, error from jobs_job where id in ({placeholders})", *jobs)
             raise AssertionError(f"{exc}: {states}") from None
-        log.seek(0)
-        assert " exited with code " not in log.read(), "a process of up died under load"
+        assert " exited with code " not in log.read_text(), "a process of up died under load"
         _wait(lambda: _query(db, "select gpu_count from fleet_node where name='demo-1'") == [(8,)], 30, "demo-1", up)
 
         # Kill the web, the ingest worker (with the central beat inside) and the Redis outright.
@@ -153,8 +154,7 @@ def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
         _wait(lambda: _query(db, "select max(last_seen) from fleet_node where name='this-host'")[0][0] > seen,
               60, "a snapshot stored by the restarted ingest worker", up)
         print(f"ingest storing again {time.monotonic() - killed:.1f} s after the kill")
-        log.seek(0)
-        restarts = re.findall(r"\| (\w+) exited with code -9 .*; restarting in 1 s", log.read())
+        restarts = re.findall(r"\| (\w+) exited with code -9 .*; restarting in 1 s", log.read_text())
         assert sorted(restarts) == sorted(killed_ones)
     finally:
         up.send_signal(signal.SIGTERM)
@@ -164,9 +164,7 @@ def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
             print(f"up stopped {time.monotonic() - stopping:.1f} s after SIGTERM")
         except subprocess.TimeoutExpired:
             os.killpg(up.pid, signal.SIGKILL)
-        log.seek(0)
-        output = log.read()
-        log.close()
+        output = log.read_text()
     assert "Unrecoverable error" not in output
     assert up.returncode == 0, output[-3000:]
     for name in ("web", "ingest", "agent", "agent-demo-1"):
