@@ -188,7 +188,7 @@ def gpu_chart(
     # A silence longer than a twentieth of the range breaks the line (15 min in 24 h).
     gap = max(MAX_GAP * hours / 24, timedelta(minutes=2))
     # Each sample's peaks and where it falls, worked out once for the four lines, their
-    # peaks and the hover columns: the 24 h node page charts 8 GPUs of 288 samples each.
+    # peaks and the hover columns, which each went through every sample again.
     peaks = {measure: [s.peak(measure) for s in samples] for measure in MEASURES}
     vram, util, temps, watts = (_known(peaks[measure]) for measure in MEASURES)
     vram_top = vram_total_mib or max(vram, default=0)

@@ -10,6 +10,7 @@ from django.db import models
 from django.utils import timezone
 
 from gpufleet import gpu, wire
+from gpufleet.fleet import charts
 
 _COLOURS = {"ok": "green", "warn": "amber", "fail": "red", "offline": "grey"}
 
@@ -355,8 +356,8 @@ class DeviceSample(models.Model):
     temperature_c = models.IntegerField(null=True, blank=True)
     power_draw_w = models.FloatField(null=True, blank=True)
 
-    # The figures a rollup keeps the minimum, mean and maximum of.
-    MEASURES = ("vram_used_mib", "utilization_percent", "temperature_c", "power_draw_w")
+    # The figures a rollup keeps the minimum, mean and maximum of: those a chart draws.
+    MEASURES = charts.MEASURES
 
     class Meta:
         ordering = ["device", "collected_at"]
