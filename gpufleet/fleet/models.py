@@ -212,7 +212,8 @@ class Device(models.Model):
     """One GPU of a node, identified by its UUID. A GPU missing from the latest
     snapshot keeps its row with `vanished_at` set, so the dashboard can say so."""
 
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
+    # No index of its own: the unique (node, uuid) index serves lookups by node.
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices", db_index=False)
     uuid = models.CharField(max_length=100)
     index = models.IntegerField()
     name = models.CharField(max_length=200)
@@ -319,7 +320,9 @@ _NOT_HEALTH = frozenset((*Device.COLUMNS, "pci_bus_id"))
 class Finding(models.Model):
     """One doctor finding of a node's latest snapshot."""
 
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="findings")
+    # No index of its own: the unique (node, code) index serves lookups by node, and
+    # each snapshot deletes and inserts its node's findings, so every index costs ingest.
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="findings", db_index=False)
     position = models.PositiveIntegerField(default=0)
     code = models.CharField(max_length=64)
     name = models.CharField(max_length=200)

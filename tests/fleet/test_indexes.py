@@ -1,0 +1,34 @@
+"""The tables every snapshot writes carry no index that another index already makes
+redundant (one whose columns lead another's): each is written for every row ingest
+inserts, and the lookups it would serve use the longer one."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+pytestmark = pytest.mark.django_db
+
+INGEST_TABLES = ("fleet_node", "fleet_device", "fleet_finding", "fleet_devicesample")
+
+
+def _indexes(table: str) -> dict[str, list[str]]:
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, table)
+    return {name: c["columns"] for name, c in constraints.items()
+            if (c["index"] or c["unique"]) and not c["primary_key"] and all(c["columns"])}
+
+
+@pytest.mark.parametrize("table", INGEST_TABLES)
+def test_no_index_leads_another(table):
+    indexes = _indexes(table)
+    redundant = [
+        (name, other) for name, columns in indexes.items() for other, longer in indexes.items()
+        if other != name and len(longer) > len(columns) and longer[:len(columns)] == columns
+    ]
+    assert redundant == []
+
+
+def test_lookups_by_node_keep_an_index_that_leads_with_the_node():
+    for table in ("fleet_device", "fleet_finding"):
+        assert any(columns[0] == "node_id" for columns in _indexes(table).values()), table
