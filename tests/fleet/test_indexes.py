@@ -1,6 +1,7 @@
 """The tables every snapshot writes carry no index that another index already makes
-redundant (one whose columns lead another's): each is written for every row ingest
-inserts, and the lookups it would serve use the longer one."""
+redundant (a plain one whose columns lead another's; a unique one enforces something):
+each is written for every row ingest inserts, and the lookups it would serve use the
+longer one."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ pytestmark = pytest.mark.django_db
 INGEST_TABLES = ("fleet_node", "fleet_device", "fleet_finding", "fleet_devicesample")
 
 
-def _indexes(table: str) -> dict[str, list[str]]:
+def _indexes(table: str) -> dict[str, tuple[list[str], bool]]:
+    """Each index of `table` but the primary key's: (its columns, whether it is unique)."""
     with connection.cursor() as cursor:
         constraints = connection.introspection.get_constraints(cursor, table)
-    return {name: c["columns"] for name, c in constraints.items()
+    return {name: (c["columns"], c["unique"]) for name, c in constraints.items()
             if (c["index"] or c["unique"]) and not c["primary_key"] and all(c["columns"])}
 
 
@@ -23,12 +25,12 @@ def _indexes(table: str) -> dict[str, list[str]]:
 def test_no_index_leads_another(table):
     indexes = _indexes(table)
     redundant = [
-        (name, other) for name, columns in indexes.items() for other, longer in indexes.items()
-        if other != name and len(longer) > len(columns) and longer[:len(columns)] == columns
+        (name, other) for name, (columns, unique) in indexes.items() for other, (longer, _) in indexes.items()
+        if not unique and other != name and len(longer) > len(columns) and longer[:len(columns)] == columns
     ]
     assert redundant == []
 
 
 def test_lookups_by_node_keep_an_index_that_leads_with_the_node():
     for table in ("fleet_device", "fleet_finding"):
-        assert any(columns[0] == "node_id" for columns in _indexes(table).values()), table
+        assert any(columns[0] == "node_id" for columns, _ in _indexes(table).values()), table
