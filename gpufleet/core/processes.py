@@ -22,6 +22,11 @@ def web(bind: str, workers: int = 2) -> list[str]:
             "--access-logfile", "-"]
 
 
+# The ingest worker's pool processes in gpufleet-ingest.service, one a core of the
+# 2-core host it was measured on (`up` runs one: it shares its host with the web and agent).
+SERVICE_INGEST_CONCURRENCY = 2
+
+
 def ingest_worker(concurrency: int = 1, batch: int | None = None) -> list[str]:
     """The central worker for what agents send (queue "ingest"): `concurrency` pool
     processes, one by default. The ingest task stores messages in batches

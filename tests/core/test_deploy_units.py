@@ -23,7 +23,7 @@ def _env_file(name: str) -> dict[str, str]:
 DATA = Path(_env_file("central.env.example")["GPUFLEET_DATA_DIR"])
 UNITS = {
     "gpufleet-web.service": processes.web("127.0.0.1:8000", 4),
-    "gpufleet-ingest.service": processes.ingest_worker(concurrency=2),
+    "gpufleet-ingest.service": processes.ingest_worker(concurrency=processes.SERVICE_INGEST_CONCURRENCY),
     "gpufleet-beat.service": processes.central_beat(DATA),
     "gpufleet-agent.service": processes.agent(),
 }

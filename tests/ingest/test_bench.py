@@ -22,7 +22,8 @@ PAGES = ("overview", "node_table_fragment", "node_page", "node_page_24h", "claim
          "report_json", "api_nodes", "admin_changelist")
 MEASURED = (
     "ingest_snapshots_per_s", "ingest_copy_floor_per_s", "ingest_one_per_s", "ingest_batch_per_s",
-    "ratio_ingest_to_copy_floor",
+    "ratio_ingest_to_copy_floor", "ingest_service_snapshots_per_s", "ratio_ingest_service_to_copy_floor",
+    "fleet_nodes_one_host_keeps_up_with",
     *(f"{page}_ms" for page in PAGES), *(f"{page}_queries" for page in PAGES),
     *(f"ratio_{page}_to_admin" for page in PAGES if page != "admin_changelist"),
     "report_csv_copy_floor_ms", "ratio_report_csv_to_copy_floor",
@@ -32,6 +33,8 @@ FLOORS = ("ingest_copy_floor_per_s", "ratio_ingest_to_copy_floor", "report_csv_c
           "ratio_report_csv_to_copy_floor")
 # Figures that are null for a reason of their own: a ratio is null when one of its terms is.
 DEPENDS = {"ratio_ingest_to_copy_floor": ("ingest_snapshots_per_s", "ingest_copy_floor_per_s"),
+           "ratio_ingest_service_to_copy_floor": ("ingest_service_snapshots_per_s", "ingest_copy_floor_per_s"),
+           "fleet_nodes_one_host_keeps_up_with": ("ingest_service_snapshots_per_s",),
            "ratio_report_csv_to_copy_floor": ("report_csv_copy_floor_ms",)}
 
 
@@ -102,7 +105,13 @@ def test_in_ci_the_real_path_is_measured(figures):
     if not IN_CI and result["ingest_snapshots_per_s"] is None:
         pytest.skip(f"no real path here: {result['skipped']['ingest_snapshots_per_s']}")
     assert result["ingest_snapshots_per_s"] > 0
+    # Measured again with the service's pool processes, from the same queue, emptied between.
+    assert result["ingest_service_snapshots_per_s"] > 0
+    assert result["fleet_nodes_one_host_keeps_up_with"] == pytest.approx(
+        result["ingest_service_snapshots_per_s"] * result["collect_interval_s"], abs=50)
     if _postgresql():
         # Ratios are printed rounded to three decimals.
         assert result["ratio_ingest_to_copy_floor"] == pytest.approx(
             result["ingest_snapshots_per_s"] / result["ingest_copy_floor_per_s"], abs=0.0005)
+        assert result["ratio_ingest_service_to_copy_floor"] == pytest.approx(
+            result["ingest_service_snapshots_per_s"] / result["ingest_copy_floor_per_s"], abs=0.0005)

@@ -3,9 +3,11 @@ measured in the same run, in a throwaway test database (never the configured one
 
 - ingest through the real path (snapshots sent as Celery messages to Redis and
   stored by a real ingest worker, as processes.ingest_worker starts it, from the
-  queue they wait in), in-process one at a time
-  and in batches, beside the floor: the same rows written by raw psycopg with COPY
-  and set-based INSERT ... ON CONFLICT (PostgreSQL only);
+  queue they wait in) with one pool process and with the pool processes of
+  gpufleet-ingest.service, in-process one at a time and in batches, beside the
+  floor: the same rows written by raw psycopg with COPY and set-based
+  INSERT ... ON CONFLICT (PostgreSQL only); and from the service's rate, how many
+  nodes one central host keeps up with at the collect interval;
 - the pages, the node page with 24 h of history, and /metrics, beside Django's own
   admin changelist of the same nodes;
 - the fleet report CSV beside PostgreSQL's own COPY ... TO STDOUT WITH CSV of the same rows.
@@ -112,10 +114,18 @@ class Command(BaseCommand):
             base = datetime.now(UTC) - timedelta(minutes=30)
             snapshots = [_snapshot(name, gpus, base) for name in names[:ingest]]
             self._ingest_in_process(snapshots, base)
-            self._ingest_real_path(snapshots, base + timedelta(seconds=90))
+            self._vacuum()
+            self._ingest_real_path(snapshots, base + timedelta(seconds=90), "ingest_snapshots_per_s", 1)
+            self._vacuum()
+            self._ingest_real_path(snapshots, base + timedelta(seconds=100), "ingest_service_snapshots_per_s",
+                                   processes.SERVICE_INGEST_CONCURRENCY)
+            self._vacuum()
             self._ingest_copy_floor(snapshots, base + timedelta(seconds=120))
             floor = self.figures["ingest_copy_floor_per_s"]
             self.figures["ratio_ingest_to_copy_floor"] = _ratio(self.figures["ingest_snapshots_per_s"], floor)
+            self.figures["ratio_ingest_service_to_copy_floor"] = _ratio(
+                self.figures["ingest_service_snapshots_per_s"], floor)
+            self._fleet_one_host_keeps_up_with()
             self.figures["ratio_ingest_one_to_copy_floor"] = _ratio(self.figures["ingest_one_per_s"], floor)
             self.figures["ratio_ingest_batch_to_copy_floor"] = _ratio(self.figures["ingest_batch_per_s"], floor)
             self._grow_fleet(names, ingest)
@@ -178,13 +188,21 @@ class Command(BaseCommand):
             ingest_snapshots(batched[i:i + BATCH])
         self.figures["ingest_batch_per_s"] = round(n / (time.perf_counter() - began), 1)
 
-    def _ingest_real_path(self, snapshots: list[dict], at: datetime) -> None:
+    def _vacuum(self) -> None:
+        """Each figure that rewrites the nodes' rows starts from the same tables: the dead
+        rows the one before left vacuumed away, as autovacuum does on a running site, so
+        that one measured later does not pay for one measured earlier (the second real
+        path measured about a fifth slower than the same worker measured first)."""
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("VACUUM ANALYZE fleet_node, fleet_device, fleet_finding")
+
+    def _ingest_real_path(self, snapshots: list[dict], at: datetime, key: str, pool_processes: int) -> None:
         """Known nodes' snapshots, REAL_PATH_ROUNDS of each (a second apart), sent as the
-        agents send them and stored by a real ingest worker: from the worker's start
-        until every one is stored. The messages wait in the queue before the worker
-        starts, as a backlog does: agents sign and send on their own hosts, and here a
-        sender beside the worker would take the cores it is measured on."""
-        key = "ingest_snapshots_per_s"
+        agents send them and stored by a real ingest worker with `pool_processes`: from
+        the worker's start until every one is stored. The messages wait in the queue
+        before the worker starts, as a backlog does: agents sign and send on their own
+        hosts, and here a sender beside the worker would take the cores it is measured on."""
         broker = _bench_broker(settings.CELERY_BROKER_URL)
         if broker is None:
             return self._skip(key, f"the broker {_safe_url(settings.CELERY_BROKER_URL)} is not Redis")
@@ -215,7 +233,7 @@ class Command(BaseCommand):
                     app.send_task(wire.INGEST_TASK, args=args, kwargs=kwargs, queue=wire.INGEST_QUEUE,
                                   producer=producer)
             stored = Node.objects.filter(name__in=names, collected_at__gte=last)
-            with running_worker(processes.ingest_worker(), env, "ingest") as worker:
+            with running_worker(processes.ingest_worker(pool_processes), env, "ingest") as worker:
                 began = time.perf_counter()
                 deadline = time.monotonic() + max(60.0, len(messages) / 5)
                 done = 0
@@ -232,13 +250,21 @@ class Command(BaseCommand):
             return self._skip(key, str(exc))
         finally:
             shutil.rmtree(metrics_dir, ignore_errors=True)
-            if key in self.skipped:
-                # What this run sent and its worker did not store: the queue of the bench's
-                # own database was empty before, so these are this run's, not anyone's snapshots.
-                _, client = _bench_broker(settings.CELERY_BROKER_URL)
-                client.delete(wire.INGEST_QUEUE)
-                client.close()
+            # What this run sent and its worker did not store (all of it where the figure
+            # was skipped, else stale copies at most): the queue of the bench's own database
+            # was empty before, so these are this run's, not anyone's snapshots.
+            _, client = _bench_broker(settings.CELERY_BROKER_URL)
+            client.delete(wire.INGEST_QUEUE)
+            client.close()
         self.figures[key] = round(len(messages) / elapsed, 1)
+
+    def _fleet_one_host_keeps_up_with(self) -> None:
+        """The nodes whose snapshots the ingest service stores as fast as they come, at the
+        collect interval: where one central host like this one stops keeping up."""
+        rate = self.figures["ingest_service_snapshots_per_s"]
+        interval = settings.GPUFLEET_COLLECT_INTERVAL
+        self.figures["collect_interval_s"] = interval
+        self.figures["fleet_nodes_one_host_keeps_up_with"] = None if rate is None else round(rate * interval, -2)
 
     def _messages(self, rounds: list[list[dict]]) -> list[tuple[list, dict]]:
         """(args, kwargs) of each ingest message of each round, signed with its node's
@@ -399,7 +425,10 @@ class Command(BaseCommand):
         def ms(value):
             return "skipped" if value is None else f"{value:,.1f} ms"
 
+        service = processes.SERVICE_INGEST_CONCURRENCY
         for key, label in (("ingest_snapshots_per_s", "ingest, real path (Celery worker, 1 pool process)"),
+                           ("ingest_service_snapshots_per_s",
+                            f"ingest, real path as gpufleet-ingest.service runs it ({service} pool processes)"),
                            ("ingest_one_per_s", "ingest in process, one at a time"),
                            ("ingest_batch_per_s", f"ingest in process, batches of {BATCH}")):
             out(f"| {label} | {rate(f.get(key))} | COPY + INSERT ON CONFLICT floor | {rate(floor)} | "
@@ -415,6 +444,10 @@ class Command(BaseCommand):
         out(f"| /metrics scrape ({f['metrics_scrape_queries']} queries, {f['metrics_scrape_bytes'] / 1024:,.0f} KiB) | "
             f"{f['metrics_scrape_s']:.3f} s | admin node changelist | {ms(admin)} | "
             f"{_show(f['ratio_metrics_scrape_to_admin'])} |")
+        if f["fleet_nodes_one_host_keeps_up_with"] is not None:
+            out("")
+            out(f"one central host like this one keeps up with about {f['fleet_nodes_one_host_keeps_up_with']:,.0f} "
+                f"nodes at the {f['collect_interval_s']:g} s collect interval (the service's rate x the interval)")
         out("")
         for target, met in f["targets"].items():
             out(f"target {target}: {'met' if met else 'not measured' if met is None else 'NOT met'}")
