@@ -68,7 +68,7 @@ def collect(self, job_id: int | None = None, auth: dict | None = None) -> None:
         if not from_centre(wire.COLLECT_TASK, [job_id], auth):
             return
         send_to_centre(self.app, wire.JOB_PROGRESS_TASK, [job_id, "running", "", ""])
-    send_to_centre(self.app, wire.INGEST_TASK, [snapshot_this_host(), job_id])
+    send_to_centre(self.app, wire.INGEST_TASK, [wire.encode_snapshot(snapshot_this_host()), job_id])
 
 
 @shared_task(bind=True, name=wire.APPLY_FIX_TASK, ignore_result=True)
@@ -85,7 +85,7 @@ def apply_fix(self, job_id: int, code: str, auth: dict | None = None) -> None:
     log.info("fix %s for job %s: %s", code, job_id, "ok" if result.ok else result.error)
     status = "done" if result.ok else "failed"
     send_to_centre(self.app, wire.JOB_PROGRESS_TASK, [job_id, status, result.output, result.error])
-    send_to_centre(self.app, wire.INGEST_TASK, [snapshot_this_host(), None])
+    send_to_centre(self.app, wire.INGEST_TASK, [wire.encode_snapshot(snapshot_this_host()), None])
 
 
 @worker_ready.connect

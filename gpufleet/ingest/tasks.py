@@ -1,7 +1,8 @@
 """The ingest task: where agents' snapshots arrive on the central site.
 
 Agents send one message per snapshot to wire.INGEST_TASK (args: snapshot, job_id;
-kwargs: auth, the node's signature). The worker takes them in batches (celery-batches:
+kwargs: auth, the node's signature). The snapshot is its JSON text (wire.encode_snapshot),
+decoded once the signature over it is checked; agents of before that send the object. The worker takes them in batches (celery-batches:
 up to GPUFLEET_INGEST_BATCH messages, or what came within GPUFLEET_INGEST_FLUSH_S) and
 stores each batch in one transaction (`ingest_snapshots`), each snapshot with the
 guarantees it has alone. Nothing is written before a message's signature is checked
@@ -195,20 +196,30 @@ def _signers(messages: list[tuple[list, dict]]) -> list[tuple[list, object]]:
             if not isinstance(args, list) or not 1 <= len(args) <= 2 or set(kwargs) - {"auth"}:
                 raise wire.SignatureError("the message is malformed: expected args (snapshot, job_id) and auth")
             signer = credentials.sender(auth, wire.INGEST_TASK, args, key_for)
+            snapshot = _decoded(args[0])  # only now: the signature is over the text as sent
             # One that names no node at all is malformed: the store rejects it with its reason.
-            claimed = args[0].get("node", signer) if isinstance(args[0], dict) else signer
+            claimed = snapshot.get("node", signer) if isinstance(snapshot, dict) else signer
             if signer is not None and claimed != signer:
                 raise wire.SignatureError(f"node {signer!r} signed a snapshot of another node")
         except wire.SignatureError as exc:
             _refuse(exc, auth, args)
             signed.append((args, _REFUSED))
             continue
-        signed.append((args, signer))
+        signed.append(([snapshot, *args[1:]], signer))
     return signed
 
 
+def _decoded(snapshot):
+    """The snapshot's object, or, where its text is not JSON, the text: the store rejects
+    that with the reason parse_snapshot gives."""
+    try:
+        return wire.decode_snapshot(snapshot)
+    except wire.SnapshotError:
+        return snapshot
+
+
 def _refuse(exc: wire.SignatureError, auth, args) -> None:
-    first = args[0] if isinstance(args, list) and args else None
+    first = _decoded(args[0]) if isinstance(args, list) and args else None
     claimed = first.get("node") if isinstance(first, dict) else None
     # The name comes from the message: bounded, and repr() so it cannot forge log lines.
     log.warning("refused a snapshot for node %s: %s", repr(claimed)[:wire.LINE_MAX], exc)

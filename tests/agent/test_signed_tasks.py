@@ -50,6 +50,8 @@ def test_what_the_agent_sends_is_signed_and_stored(alpha_agent, outbox):
     agent.collect.run()
     assert [name for name, *_ in outbox] == [wire.INGEST_TASK]
     assert outbox[0][2]["auth"]["node"] == "alpha"
+    # The snapshot travels as its JSON text, signed as it is.
+    assert wire.decode_snapshot(outbox[0][1][0])["node"] == "alpha" and isinstance(outbox[0][1][0], str)
     assert _deliver(outbox) == ["accepted"]
     assert Node.objects.get(name="alpha").gpu_count == 2
 

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from gpufleet.fleet.models import Device, Finding, Node
 from gpufleet.ingest.services import ACCEPTED, REJECTED, ingest_snapshot
-from gpufleet.wire import CDI_DEVICES_MAX, LINE_MAX, fit_snapshot, parse_snapshot
+from gpufleet.wire import CDI_DEVICES_MAX, LINE_MAX, encode_snapshot, fit_snapshot, parse_snapshot
 from tests.factories import later, snapshot
 
 pytestmark = pytest.mark.django_db
 
 
-def _rejected(snap: dict) -> str:
+def _rejected(snap: dict | str) -> str:
     result = ingest_snapshot(snap)
     assert result.outcome == REJECTED, result
     return result.reason
@@ -42,6 +42,27 @@ def test_it_rejects_hostile_values_and_writes_nothing(mutate, words):
     mutate(snap)
     assert words in _rejected(snap)
     assert not Node.objects.exists() and not Device.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ('{"schema_version": 2, "node": "alpha", ', "snapshot is not JSON"),
+        ("[" * 100_000 + "]" * 100_000, "snapshot is not JSON"),  # nested past Python's stack
+        ("[1, 2]", "snapshot must be a JSON object, not list"),
+    ],
+)
+def test_snapshot_text_that_is_no_json_object_is_rejected_and_writes_nothing(text, words):
+    assert words in _rejected(text)
+    assert not Node.objects.exists()
+
+
+def test_a_snapshot_as_text_is_checked_as_the_object_is():
+    snap = snapshot("alpha", 2)
+    snap["devices"][0]["vram_total_mib"] = 2**64
+    assert "devices.0.vram_total_mib" in _rejected(encode_snapshot(snap))
+    assert not Node.objects.exists()
+    assert ingest_snapshot(encode_snapshot(snapshot("alpha", 2))).outcome == ACCEPTED
 
 
 def test_a_known_node_whose_snapshot_is_rejected_fails_with_the_reason_until_a_good_one(viewer_client):

@@ -19,7 +19,7 @@ from gpufleet.fleet.models import Node, NodeCredential
 from gpufleet.ingest import tasks
 from gpufleet.jobs import tasks as job_tasks
 from gpufleet.jobs.models import Job, JobKind, JobStatus
-from tests.factories import agent_auth, ingest, signed_ingest, snapshot
+from tests.factories import agent_auth, ingest, later, signed_ingest, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -62,6 +62,40 @@ def test_a_snapshot_changed_after_signing_is_refused():
     snap["devices"][0]["vram_used_mib"] += 1
     assert _run(snap, auth) == "rejected"
     assert not Node.objects.exists()
+
+
+def test_a_snapshot_sent_as_text_is_stored_as_one_sent_as_the_object_was():
+    first = snapshot("alpha", 2)
+    text = wire.encode_snapshot(first)
+    assert _run(text, _signed_by("alpha", text)) == "accepted"
+    assert Node.objects.get(name="alpha").gpu_count == 2
+    # Agents of before the text send the object: still taken.
+    older_agent = snapshot("alpha", 4, at=later(first))
+    assert _run(older_agent, _signed_by("alpha", older_agent)) == "accepted"
+    assert Node.objects.get(name="alpha").gpu_count == 4
+
+
+def test_snapshot_text_changed_after_signing_is_refused():
+    text = wire.encode_snapshot(snapshot("alpha", 2))
+    auth = _signed_by("alpha", text)
+    changed = text.replace('"index":0', '"index":5', 1)
+    assert changed != text
+    assert _run(changed, auth) == "rejected"
+    assert not Node.objects.exists()
+
+
+def test_snapshot_text_of_node_a_signed_by_node_b_is_refused(caplog):
+    text = wire.encode_snapshot(snapshot("alpha", 2))
+    assert _run(text, _signed_by("bravo", text)) == "rejected"
+    assert not Node.objects.exists()
+    assert "node 'bravo' signed a snapshot of another node" in caplog.text
+
+
+def test_signed_snapshot_text_that_is_not_json_is_rejected_with_the_reason(caplog):
+    text = '{"schema_version": 2, "node": "alpha", '
+    assert _run(text, _signed_by("alpha", text)) == "rejected"
+    assert not Node.objects.exists()
+    assert "snapshot is not JSON" in caplog.text
 
 
 @pytest.mark.parametrize("broken", [

@@ -272,7 +272,7 @@ class Command(BaseCommand):
         keys = credentials.enroll_many(sorted({s["node"] for snapshots in rounds for s in snapshots}))
         messages = []
         for snap in (s for snapshots in rounds for s in snapshots):
-            args = [snap, None]
+            args = [wire.encode_snapshot(snap), None]
             auth = wire.sign(keys[snap["node"]], snap["node"], wire.TO_CENTRE, wire.INGEST_TASK, args)
             messages.append((args, {"auth": auth}))
         return messages

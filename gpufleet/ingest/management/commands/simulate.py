@@ -49,7 +49,7 @@ class Command(BaseCommand):
         keys = credentials.enroll_many([n.name for n in fleet])
 
         def send(snapshot: dict) -> None:
-            args = [snapshot, None]
+            args = [wire.encode_snapshot(snapshot), None]
             name = snapshot["node"]
             auth = wire.sign(keys[name], name, wire.TO_CENTRE, wire.INGEST_TASK, args) if name in keys else None
             app.send_task(wire.INGEST_TASK, args=args, kwargs={"auth": auth}, queue=wire.INGEST_QUEUE)
