@@ -47,9 +47,9 @@ def test_it_rejects_hostile_values_and_writes_nothing(mutate, words):
 @pytest.mark.parametrize(
     "text,words",
     [
-        ('{"schema_version": 2, "node": "alpha", ', "snapshot is not JSON"),
-        ("[" * 100_000 + "]" * 100_000, "snapshot is not JSON"),  # nested past Python's stack
-        ("[1, 2]", "snapshot must be a JSON object, not list"),
+        pytest.param('{"schema_version": 2, "node": "alpha", ', "snapshot is not JSON", id="cut-short"),
+        pytest.param("[" * 100_000 + "]" * 100_000, "snapshot is not JSON", id="nested-past-the-stack"),
+        pytest.param("[1, 2]", "snapshot must be a JSON object, not list", id="a-list"),
     ],
 )
 def test_snapshot_text_that_is_no_json_object_is_rejected_and_writes_nothing(text, words):
