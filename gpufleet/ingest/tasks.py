@@ -2,7 +2,8 @@
 
 Agents send one message per snapshot to wire.INGEST_TASK (args: snapshot, job_id;
 kwargs: auth, the node's signature). The snapshot is its JSON text (wire.encode_snapshot),
-decoded once the signature over it is checked; agents of before that send the object. The worker takes them in batches (celery-batches:
+decoded once the signature over it is checked; agents of before that send the object.
+The worker takes them in batches (celery-batches:
 up to GPUFLEET_INGEST_BATCH messages, or what came within GPUFLEET_INGEST_FLUSH_S) and
 stores each batch in one transaction (`ingest_snapshots`), each snapshot with the
 guarantees it has alone. Nothing is written before a message's signature is checked
