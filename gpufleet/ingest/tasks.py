@@ -193,17 +193,18 @@ def _signers(messages: list[tuple[list, dict]]) -> list[tuple[list, object]]:
     key_for = with_retries(lambda: credentials.keys_for(auths), "checking signatures")
     signed = []
     for (args, kwargs), auth in zip(messages, auths, strict=True):
+        # Decoded once, for the node it names; the signature is checked over args as sent.
+        snapshot = _decoded(args[0]) if isinstance(args, list) and args else None
         try:
             if not isinstance(args, list) or not 1 <= len(args) <= 2 or set(kwargs) - {"auth"}:
                 raise wire.SignatureError("the message is malformed: expected args (snapshot, job_id) and auth")
             signer = credentials.sender(auth, wire.INGEST_TASK, args, key_for)
-            snapshot = _decoded(args[0])  # only now: the signature is over the text as sent
             # One that names no node at all is malformed: the store rejects it with its reason.
             claimed = snapshot.get("node", signer) if isinstance(snapshot, dict) else signer
             if signer is not None and claimed != signer:
                 raise wire.SignatureError(f"node {signer!r} signed a snapshot of another node")
         except wire.SignatureError as exc:
-            _refuse(exc, auth, args)
+            _refuse(exc, auth, args, snapshot)
             signed.append((args, _REFUSED))
             continue
         signed.append(([snapshot, *args[1:]], signer))
@@ -219,9 +220,8 @@ def _decoded(snapshot):
         return snapshot
 
 
-def _refuse(exc: wire.SignatureError, auth, args) -> None:
-    first = _decoded(args[0]) if isinstance(args, list) and args else None
-    claimed = first.get("node") if isinstance(first, dict) else None
+def _refuse(exc: wire.SignatureError, auth, args, snapshot) -> None:
+    claimed = snapshot.get("node") if isinstance(snapshot, dict) else None
     # The name comes from the message: bounded, and repr() so it cannot forge log lines.
     log.warning("refused a snapshot for node %s: %s", repr(claimed)[:wire.LINE_MAX], exc)
     if isinstance(args, list) and with_retries(
