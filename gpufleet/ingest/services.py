@@ -63,7 +63,7 @@ def ingest_snapshots(datas: list, now=None) -> list[IngestResult]:
         try:
             snapshot = _validated(data, now)
         except SnapshotError as exc:
-            name = data.get("node", "") if isinstance(data, dict) else ""
+            name = data.node if isinstance(data, Snapshot) else data.get("node", "") if isinstance(data, dict) else ""
             name = name[:200] if isinstance(name, str) else ""
             reason = str(exc)[:_REASON_MAX]  # bounded: the input is the attacker's
             log.warning("rejected snapshot from node %r: %s", name, reason)

@@ -193,14 +193,14 @@ def _signers(messages: list[tuple[list, dict]]) -> list[tuple[list, object]]:
     key_for = with_retries(lambda: credentials.keys_for(auths), "checking signatures")
     signed = []
     for (args, kwargs), auth in zip(messages, auths, strict=True):
-        # Decoded once, for the node it names; the signature is checked over args as sent.
-        snapshot = _decoded(args[0]) if isinstance(args, list) and args else None
+        # Validated once, for the node it names; the signature is checked over args as sent.
+        snapshot = _parsed(args[0]) if isinstance(args, list) and args else None
         try:
             if not isinstance(args, list) or not 1 <= len(args) <= 2 or set(kwargs) - {"auth"}:
                 raise wire.SignatureError("the message is malformed: expected args (snapshot, job_id) and auth")
             signer = credentials.sender(auth, wire.INGEST_TASK, args, key_for)
             # One that names no node at all is malformed: the store rejects it with its reason.
-            claimed = snapshot.get("node", signer) if isinstance(snapshot, dict) else signer
+            claimed = _node_named(snapshot, default=signer)
             if signer is not None and claimed != signer:
                 raise wire.SignatureError(f"node {signer!r} signed a snapshot of another node")
         except wire.SignatureError as exc:
@@ -211,17 +211,29 @@ def _signers(messages: list[tuple[list, dict]]) -> list[tuple[list, object]]:
     return signed
 
 
-def _decoded(snapshot):
-    """The snapshot's object, or, where its text is not JSON, the text: the store rejects
-    that with the reason parse_snapshot gives."""
+def _parsed(snapshot):
+    """The snapshot validated (a wire.Snapshot, which the store takes as it is), or where
+    it is invalid, decoded, or where its text is not JSON, the text: the store rejects
+    those with the reason parse_snapshot gives."""
+    try:
+        return wire.parse_snapshot(snapshot)
+    except wire.SnapshotError:
+        pass
     try:
         return wire.decode_snapshot(snapshot)
     except wire.SnapshotError:
         return snapshot
 
 
+def _node_named(snapshot, default=None):
+    """The node a snapshot (as `_parsed` gives it) says it is of; `default` where it names none."""
+    if isinstance(snapshot, wire.Snapshot):
+        return snapshot.node
+    return snapshot.get("node", default) if isinstance(snapshot, dict) else default
+
+
 def _refuse(exc: wire.SignatureError, auth, args, snapshot) -> None:
-    claimed = snapshot.get("node") if isinstance(snapshot, dict) else None
+    claimed = _node_named(snapshot)
     # The name comes from the message: bounded, and repr() so it cannot forge log lines.
     log.warning("refused a snapshot for node %s: %s", repr(claimed)[:wire.LINE_MAX], exc)
     if isinstance(args, list) and with_retries(

@@ -5,6 +5,7 @@ output to the schema instead of sending what the site would reject."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 from django.urls import reverse
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from gpufleet.fleet.models import Device, Finding, Node
 from gpufleet.ingest.services import ACCEPTED, REJECTED, ingest_snapshot
-from gpufleet.wire import CDI_DEVICES_MAX, LINE_MAX, encode_snapshot, fit_snapshot, parse_snapshot
+from gpufleet.wire import CDI_DEVICES_MAX, LINE_MAX, SnapshotError, encode_snapshot, fit_snapshot, parse_snapshot
 from tests.factories import later, snapshot
 
 pytestmark = pytest.mark.django_db
@@ -135,9 +136,8 @@ def _paths(value, prefix=()):
 _TEMPLATE = None
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data())
-def test_no_hostile_snapshot_raises_or_breaks_a_page(viewer_client, data):
+def _hostile_snapshot(data) -> dict:
+    """A good snapshot with one value, anywhere in it, replaced by a hostile one."""
     global _TEMPLATE
     _TEMPLATE = _TEMPLATE or snapshot("alpha", 2)
     snap = copy.deepcopy(_TEMPLATE)
@@ -146,8 +146,31 @@ def test_no_hostile_snapshot_raises_or_breaks_a_page(viewer_client, data):
     for step in path[:-1]:
         target = target[step]
     target[path[-1]] = data.draw(_HOSTILE)
+    return snap
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_no_hostile_snapshot_raises_or_breaks_a_page(viewer_client, data):
+    snap = _hostile_snapshot(data)
     result = ingest_snapshot(snap)  # never raises
     assert result.outcome in (ACCEPTED, REJECTED, "stale")
     for url in (reverse("fleet:overview"), reverse("fleet:node_detail", args=["alpha"])):
         response = viewer_client.get(url)
-        assert response.status_code in (200, 404), (path, response.status_code)
+        assert response.status_code in (200, 404), (snap, response.status_code)
+
+
+def _judged(snap):
+    try:
+        return parse_snapshot(snap)
+    except SnapshotError as exc:
+        return str(exc)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_snapshot_text_is_accepted_and_refused_as_its_object_is(data):
+    # Text is validated by pydantic's JSON parser, an object by the decoded way: both
+    # must take the same snapshots, and refuse the others for the same reason.
+    snap = _hostile_snapshot(data)
+    assert _judged(json.dumps(snap)) == _judged(snap)

@@ -91,6 +91,14 @@ def test_snapshot_text_of_node_a_signed_by_node_b_is_refused(caplog):
     assert "node 'bravo' signed a snapshot of another node" in caplog.text
 
 
+def test_signed_snapshot_text_its_node_sends_in_vain_shows_the_reason_on_the_node():
+    ingest("alpha", 2)
+    text = wire.encode_snapshot(snapshot("alpha", 2, at=timezone.now() + timedelta(hours=1)))
+    assert _run(text, _signed_by("alpha", text)) == "rejected"
+    finding = Node.objects.get(name="alpha").findings.get(code="rejected-snapshot")
+    assert "is in the future" in finding.message
+
+
 def test_signed_snapshot_text_that_is_not_json_is_rejected_with_the_reason(caplog):
     text = '{"schema_version": 2, "node": "alpha", '
     assert _run(text, _signed_by("alpha", text)) == "rejected"
