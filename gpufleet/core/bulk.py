@@ -126,7 +126,10 @@ def _copy(cursor, table: str, columns: list, objs: Sequence, from_tuples: bool =
     # Only JSON values need encoding; the rest go to psycopg as they are.
     encoded = [(i, _json_encoder(f.encoder)) for i, f in enumerate(columns) if isinstance(f, models.JSONField)]
     started = time.monotonic()
-    with cursor.cursor.copy(sql) as copy:
+    # COPY goes to psycopg's own cursor, past Django's wrapper: its errors are wrapped
+    # here, so that callers catch Django's DatabaseError for them as for any statement's
+    # (ingest stores a refused batch's snapshots one by one).
+    with connection.wrap_database_errors, cursor.cursor.copy(sql) as copy:
         for obj in objs:
             values = list(obj) if from_tuples else [getattr(obj, name) for name in attnames]
             for i, encode in encoded:

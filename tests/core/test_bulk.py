@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import DatabaseError, transaction
 
 from gpufleet.core import bulk
 from gpufleet.fleet.models import Device, Node
+from tests.conftest import needs_postgresql
 from tests.factories import snapshot
 
 pytestmark = pytest.mark.django_db
@@ -35,3 +37,29 @@ def test_an_upsert_sets_what_the_rows_hold_afterwards_as_the_orm_reads_them():
     assert (again.first_seen, again.busy_at) == (FIRST, FIRST + timedelta(seconds=1))
     assert again.first_seen.utcoffset() == again.busy_at.utcoffset() == timedelta(0)
     assert Device.objects.get(pk=stored.pk).last_seen == later
+
+
+HEALTH = {"pstate": 'P0 "ünïcode" ✓\\\n', "ratio": 0.1, "big": 2**60, "flag": True, "none": None,
+          "nested": [1, "a", {"k": []}]}
+
+
+def _device_with_health(health) -> Device:
+    node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
+    device = Device.from_reported(node, snapshot("n", gpus=1)["devices"][0], FIRST)
+    device.health = health
+    return device
+
+
+def test_json_values_are_written_as_the_orm_reads_them_back():
+    device = _device_with_health(HEALTH)
+    bulk.upsert(Device, [device], ["node", "uuid"], Device.UPDATED_ON_INGEST)
+    assert Device.objects.get(pk=device.pk).health == HEALTH
+
+
+def test_a_json_value_no_utf8_can_hold_is_refused_by_the_database_as_before():
+    # Validated snapshots hold no lone surrogate; should one come, PostgreSQL refuses
+    # it (a DatabaseError, which ingest takes for that snapshot's alone), not the writer.
+    needs_postgresql()
+    device = _device_with_health({"pstate": "P\ud800"})
+    with pytest.raises(DatabaseError), transaction.atomic():
+        bulk.upsert(Device, [device], ["node", "uuid"], Device.UPDATED_ON_INGEST)
