@@ -245,11 +245,17 @@ class Device:
     @classmethod
     def from_dict(cls, data: dict) -> Device:
         """The inverse of to_dict; keys an older agent did not send stay unknown."""
-        values = {k: v for k, v in data.items() if k in _DEVICE_FIELDS}
-        values["mig_devices"] = tuple(MigDevice(**m) for m in data.get("mig_devices") or ())
-        values["xid_errors"] = tuple(XidCount(**x) for x in data.get("xid_errors") or ())
-        values["processes"] = tuple(_process_from_dict(values["uuid"], p) for p in data.get("processes") or ())
-        values["attached_idle"] = tuple(Container(**c) for c in data.get("attached_idle") or ())
+        values = {k: v for k, v in data.items() if k in _PLAIN_DEVICE_FIELDS}
+        # Most GPUs have none of these, and the fields' defaults say so: the site makes
+        # one of these for each GPU of each snapshot it stores.
+        if mig_devices := data.get("mig_devices"):
+            values["mig_devices"] = tuple(MigDevice(**m) for m in mig_devices)
+        if xid_errors := data.get("xid_errors"):
+            values["xid_errors"] = tuple(XidCount(**x) for x in xid_errors)
+        if processes := data.get("processes"):
+            values["processes"] = tuple(_process_from_dict(values["uuid"], p) for p in processes)
+        if attached_idle := data.get("attached_idle"):
+            values["attached_idle"] = tuple(Container(**c) for c in attached_idle)
         if values.get("throttle_reasons") is not None:
             values["throttle_reasons"] = tuple(values["throttle_reasons"])
         return cls(**values)
@@ -260,6 +266,7 @@ class Device:
 
 
 _DEVICE_FIELDS = frozenset(f.name for f in fields(Device))
+_PLAIN_DEVICE_FIELDS = _DEVICE_FIELDS - {"mig_devices", "xid_errors", "processes", "attached_idle"}
 
 
 def _process_from_dict(gpu_uuid: str, data: dict) -> GpuProcess:
