@@ -179,14 +179,17 @@ class Node(models.Model):
             cdi_devices=tuple(self.cdi_devices),
         )
 
-    def ledger(self, excluding=None, devices: list[Device] | None = None, claims=None) -> gpu.Ledger:
+    def ledger(self, excluding=None, devices: list[Device] | None = None, claims=None,
+               gpus: tuple[gpu.Device, ...] | None = None) -> gpu.Ledger:
         """The node's claims ledger: its current GPUs and every claim on it, but
         `excluding` (the claim being edited, which is checked against the others).
-        `devices` and `claims` save a query when the caller has them already."""
+        `devices` and `claims` save a query when the caller has them already; `gpus`,
+        the domain's GPUs by index, save making them from `devices`."""
         if claims is None:
             claims = self.claims.all()
         others = [c for c in claims if excluding is None or c.pk != excluding.pk]
-        return gpu.Ledger(self.gpu_info(devices), [c.as_gpu_claim() for c in others])
+        info = self._info_of(gpus) if gpus is not None else self.gpu_info(devices)
+        return gpu.Ledger(info, [c.as_gpu_claim() for c in others])
 
     def diagnosis(self, devices: list[Device] | None = None, findings=None) -> gpu.HostDiagnosis:
         """The stored snapshot as the domain's diagnosis, so every report of it

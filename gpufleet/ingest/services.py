@@ -144,18 +144,19 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
             results[node.name] = IngestResult(ACCEPTED, node.name)
     if not fresh:
         return results
-    devices = _store_devices(fresh, now)
+    devices, gpus = _store_devices(fresh, now)
     lost = _lost_devices([node for node, _ in fresh])
     claims = _claims([node for node, _ in fresh])
     all_findings, changed_claims = [], []
     rule = idle_rule()
     for node, snapshot in fresh:
+        # The node as this snapshot reports it, before its ledger is made from it.
+        _update_node(node, snapshot, devices[node.pk], now)
         idle = _idle_gpus(devices[node.pk], snapshot.collected_at, rule)
-        ledger, changed = _flag_claims(node, devices[node.pk], claims[node.pk], idle)
+        ledger, changed = _flag_claims(node, gpus[node.pk], claims[node.pk], idle)
         changed_claims += changed
         findings = _central_findings(node, snapshot, devices[node.pk], lost[node.pk], ledger, idle, rule)
         all_findings.append((node, findings))
-        _update_node(node, snapshot, devices[node.pk], now)
         node.health = gpu.Status.worst(f.status for f in findings)
         node.problem = _problem(findings)
         node.gpu_models = ", ".join(sorted({d.name for d in devices[node.pk]}))[:500]
@@ -227,11 +228,17 @@ def _locking(names: list[str]) -> dict[str, Node]:
     return {node.name: node for node in Node.objects.select_for_update().filter(name__in=names).order_by("name")}
 
 
-def _store_devices(fresh: list[tuple[Node, Snapshot]], now) -> dict[int, list[Device]]:
+def _store_devices(
+    fresh: list[tuple[Node, Snapshot]], now
+) -> tuple[dict[int, list[Device]], dict[int, tuple[gpu.Device, ...]]]:
+    """Store the reported GPUs of each node and one sample of each; return their rows and,
+    made from the same reported values, the domain's GPUs for each node's ledger (by index)."""
     rule = idle_rule()
-    seen = {}
+    seen, gpus = {}, {}
     for node, snapshot in fresh:
-        seen[node.pk] = [Device.from_reported(node, d.model_dump(), now) for d in snapshot.devices]
+        reported = [d.model_dump() for d in snapshot.devices]
+        seen[node.pk] = [Device.from_reported(node, values, now) for values in reported]
+        gpus[node.pk] = tuple(sorted(map(gpu.Device.from_dict, reported), key=lambda d: d.index))
         for device in seen[node.pk]:
             # A GPU new to the centre is first seen now; one it knows keeps its first_seen,
             # and its busy_at where this snapshot shows no work (the upsert keeps both).
@@ -252,7 +259,7 @@ def _store_devices(fresh: list[tuple[Node, Snapshot]], now) -> dict[int, list[De
             for d in rows
         ],
     )
-    return seen
+    return seen, gpus
 
 
 def idle_rule() -> gpu.IdleRule:
@@ -351,12 +358,12 @@ def _lost_capacity_finding(lost: list[Device]) -> gpu.Finding | None:
 
 
 def _flag_claims(
-    node: Node, devices: list[Device], claims: list[Claim], idle: dict[int, datetime]
+    node: Node, gpus: tuple[gpu.Device, ...], claims: list[Claim], idle: dict[int, datetime]
 ) -> tuple[gpu.Ledger, list[Claim]]:
     """The node's ledger, and its claims whose flags changed, for the caller to save:
     missing_devices (ids the node no longer has) and idle_since (since when none of
     its GPUs did work, while that is longer than the idle rule's hours)."""
-    ledger = node.ledger(devices=devices, claims=claims)
+    ledger = node.ledger(gpus=gpus, claims=claims)
     idle_since = {
         claim.name.lower(): max(idle[i] for i in indexes) for claim, indexes in ledger.idle_claims(idle)
     }

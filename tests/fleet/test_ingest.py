@@ -154,6 +154,20 @@ def test_it_flags_claims_on_devices_that_no_longer_exist():
     assert Node.objects.get(name="n").gpus_reserved == 1  # only GPU 0 still exists to be held
 
 
+def test_a_claim_holds_the_gpus_of_the_snapshot_that_brings_them_back():
+    # The ledger is made from the node as this snapshot reports it, not as the one before did.
+    first = snapshot("n", gpus=2)
+    ingest_snapshot(first)
+    node = Node.objects.get(name="n")
+    Claim.objects.create(node=node, name="everything")  # count 0, no devices: every GPU
+    gone = snapshot("n", gpus=0, at=later(first))
+    ingest_snapshot(gone)
+    assert Node.objects.get(name="n").gpus_reserved == 0
+
+    ingest_snapshot(snapshot("n", gpus=2, at=later(gone)))
+    assert Node.objects.get(name="n").gpus_reserved == 2
+
+
 def test_it_replaces_findings_with_the_latest():
     first = snapshot("n", gpus=1, toolkit="1.18.2")
     ingest_snapshot(first)
