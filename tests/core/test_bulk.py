@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from django.db import DatabaseError, transaction
 
 from gpufleet.core import bulk
-from gpufleet.fleet.models import Device, Node
+from gpufleet.fleet.models import Device, DeviceSample, Node
 from tests.conftest import needs_postgresql
 from tests.factories import snapshot
 
@@ -63,3 +63,12 @@ def test_a_json_value_no_utf8_can_hold_is_refused_by_the_database_as_before():
     device = _device_with_health({"pstate": "P\ud800"})
     with pytest.raises(DatabaseError), transaction.atomic():
         bulk.upsert(Device, [device], ["node", "uuid"], Device.UPDATED_ON_INGEST)
+
+
+def test_timestamps_are_written_as_the_instants_they_are_in_any_zone():
+    device = _device_with_health({})
+    device.save()
+    east = timezone(timedelta(hours=2))
+    at = [FIRST.astimezone(east), FIRST.astimezone(east), FIRST + timedelta(microseconds=1), FIRST - timedelta(days=400)]
+    bulk.insert(DeviceSample, ["device_id", "collected_at"], [(device.pk, t) for t in at])
+    assert sorted(DeviceSample.objects.values_list("collected_at", flat=True)) == sorted(at)
