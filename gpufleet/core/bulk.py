@@ -1,12 +1,13 @@
 """Writing many rows of one model in a fixed number of statements, inside the caller's
-transaction: `insert` and `upsert`.
+transaction: `insert`, `upsert` and `update`.
 
 On PostgreSQL the rows go through COPY. Django's bulk_create prepares every value in
 Python (each field's get_db_prep_save, then psycopg dumps the arrays it unnests), and
 that was about two thirds of what storing a batch of snapshots cost; COPY hands plain
 tuples to psycopg's C writer. django-pgbulk's copy() still prepares each value through
 its field and cannot upsert, and no other maintained library copies into the caller's
-transaction, hence this module. Elsewhere (SQLite) both are bulk_create.
+transaction, hence this module. Elsewhere (SQLite) they are Django's bulk_create and
+bulk_update.
 
 Only plain column values are written: JSON fields are encoded here, every other
 value must already be what the column takes (int, float, str, bool, datetime, None),
@@ -87,6 +88,30 @@ def upsert(model: type[models.Model], objs: Sequence[models.Model], unique_field
         for field, value in zip(returned, row[1 + len(unique):], strict=True):
             setattr(obj, field.attname, field.from_db_value(value, None, connection)
                     if hasattr(field, "from_db_value") else value)
+
+
+def update(model: type[models.Model], objs: Sequence[models.Model], fields: Sequence[str]) -> None:
+    """UPDATE only `fields` of the rows of `objs`, by primary key, in one set-based
+    statement: the other fields of the objects are never read, so they may be deferred.
+    Django's bulk_update builds a CASE for every row and field instead."""
+    if not objs:
+        return
+    if connection.vendor != "postgresql":
+        model.objects.bulk_update(objs, fields)
+        return
+    meta = model._meta
+    columns = [meta.pk, *(meta.get_field(name) for name in fields)]
+    table, staging = _quoted(meta.db_table), _quoted(f"bulk_set_{meta.db_table}")
+    names = ", ".join(_quoted(f.column) for f in columns)
+    key = _quoted(meta.pk.column)
+    updates = ", ".join(f"{_quoted(f.column)} = staged.{_quoted(f.column)}" for f in columns[1:])
+    with connection.cursor() as cursor:
+        # As upsert's staging table: the session's own, emptied by each commit.
+        cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {staging} ON COMMIT DELETE ROWS AS"
+                       f" SELECT {names} FROM {table} WITH NO DATA")
+        cursor.execute(f"DELETE FROM {staging}")
+        _copy(cursor, staging, columns, objs)
+        cursor.execute(f"UPDATE {table} SET {updates} FROM {staging} AS staged WHERE {table}.{key} = staged.{key}")
 
 
 @functools.cache

@@ -165,9 +165,7 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
     if changed_claims:
         Claim.objects.bulk_update(changed_claims, ["missing_devices", "idle_since"])
     _store_findings(all_findings)
-    # The rows exist (locked above): an upsert is one set-based UPDATE of them, where
-    # bulk_update builds a CASE per row and column.
-    bulk.upsert(Node, [node for node, _ in fresh], ["name"], _NODE_FIELDS)
+    bulk.update(Node, [node for node, _ in fresh], _NODE_FIELDS)
     return results
 
 
@@ -225,7 +223,9 @@ def _locked_nodes(names: list[str], now) -> dict[str, Node]:
 
 
 def _locking(names: list[str]) -> dict[str, Node]:
-    return {node.name: node for node in Node.objects.select_for_update().filter(name__in=names).order_by("name")}
+    # Only what is read before a snapshot rewrites the rest (_NODE_FIELDS, bulk.update).
+    locked = Node.objects.select_for_update().filter(name__in=names).only("name", "collected_at").order_by("name")
+    return {node.name: node for node in locked}
 
 
 def _store_devices(

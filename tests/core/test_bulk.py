@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from gpufleet.core import bulk
 from gpufleet.fleet.models import Device, DeviceSample, Node
@@ -72,3 +73,14 @@ def test_timestamps_are_written_as_the_instants_they_are_in_any_zone():
     at = [FIRST.astimezone(east), FIRST.astimezone(east), FIRST + timedelta(microseconds=1), FIRST - timedelta(days=400)]
     bulk.insert(DeviceSample, ["device_id", "collected_at"], [(device.pk, t) for t in at])
     assert sorted(DeviceSample.objects.values_list("collected_at", flat=True)) == sorted(at)
+
+
+def test_an_update_writes_only_the_fields_named_and_reads_no_other():
+    Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST, driver_version="550.54")
+    node = Node.objects.only("name").get(name="n")
+    node.problem, node.gpu_count = "GPU 0 is hot", 3
+    with CaptureQueriesContext(connection) as ctx:
+        bulk.update(Node, [node], ["problem", "gpu_count"])
+    assert not [q for q in ctx.captured_queries if q["sql"].startswith("SELECT")]  # the deferred fields stay unread
+    stored = Node.objects.get(name="n")
+    assert (stored.problem, stored.gpu_count, stored.driver_version, stored.last_seen) == ("GPU 0 is hot", 3, "550.54", FIRST)

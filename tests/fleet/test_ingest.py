@@ -66,9 +66,9 @@ def test_it_uses_a_fixed_number_of_statements_whatever_the_gpu_count(gpus):
     # upsert of many GPUs into several; PostgreSQL has no such cap.
     split = connection.ops.bulk_batch_size(Device._meta.concrete_fields[1:], [None] * gpus)
     upserts = -(-gpus // split) if connection.vendor == "sqlite" else 1
-    # On PostgreSQL each of the two upserts (node, GPUs) adds three statements to its
-    # INSERT: make the staging table if missing, empty it, COPY into it. Elsewhere the
-    # GPU upsert adds its read of first_seen and busy_at.
+    # On PostgreSQL the node update and the GPU upsert each add three statements to
+    # their UPDATE or INSERT: make the staging table if missing, empty it, COPY into it.
+    # Elsewhere the GPU upsert adds its read of first_seen and busy_at.
     extra = 6 if connection.vendor == "postgresql" else 1
     assert len(statements) == STATEMENTS_PER_SNAPSHOT + upserts - 1 + extra, "\n".join(s[:80] for s in statements)
     assert Device.objects.filter(node__name="n").count() == gpus
