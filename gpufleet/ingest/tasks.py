@@ -2,12 +2,12 @@
 
 Agents send one message per snapshot to wire.INGEST_TASK (args: snapshot, job_id;
 kwargs: auth, the node's signature). The snapshot is its JSON text (wire.encode_snapshot),
-decoded once the signature over it is checked; agents of before that send the object.
-The worker takes them in batches (celery-batches:
-up to GPUFLEET_INGEST_BATCH messages, or what came within GPUFLEET_INGEST_FLUSH_S) and
-stores each batch in one transaction (`ingest_snapshots`), each snapshot with the
-guarantees it has alone. Nothing is written before a message's signature is checked
-and found to be that of the node the snapshot reports on."""
+validated once, for the node it names, while the signature is checked over the text as
+sent; agents of before that send the object. The worker takes them in batches
+(celery-batches: up to GPUFLEET_INGEST_BATCH messages, or what came within
+GPUFLEET_INGEST_FLUSH_S) and stores each batch in one transaction (`ingest_snapshots`),
+each snapshot with the guarantees it has alone. Nothing is written before a message's
+signature is checked and found to be that of the node the snapshot reports on."""
 
 from __future__ import annotations
 
