@@ -93,7 +93,9 @@ def upsert(model: type[models.Model], objs: Sequence[models.Model], unique_field
 def update(model: type[models.Model], objs: Sequence[models.Model], fields: Sequence[str]) -> None:
     """UPDATE only `fields` of the rows of `objs`, by primary key, in one set-based
     statement: the other fields of the objects are never read, so they may be deferred.
-    Django's bulk_update builds a CASE for every row and field instead."""
+    Django's bulk_update builds a CASE for every row and field instead. The rows are
+    updated in no particular order: where two transactions may update the same rows,
+    lock them first in a fixed order (ingest locks its nodes by name)."""
     if not objs:
         return
     if connection.vendor != "postgresql":
