@@ -67,12 +67,7 @@ def upsert(model: type[models.Model], objs: Sequence[models.Model], unique_field
     )
     extra = "".join(f", {_quoted(f.column)}" for f in returned)
     with connection.cursor() as cursor:
-        # A session's staging table, emptied by each commit; CREATE ... AS ... WITH NO
-        # DATA takes the columns' types but none of their NOT NULL constraints or defaults.
-        cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {staging} ON COMMIT DELETE ROWS AS"
-                       f" SELECT {names} FROM {table} WITH NO DATA")
-        cursor.execute(f"DELETE FROM {staging}")  # rows of an earlier upsert in this transaction
-        _copy(cursor, staging, written, objs)
+        _stage(cursor, table, staging, written, objs)
         if connection.timezone_name == "UTC":
             # psycopg's own loader, in C, reads the returned timestamps: Django's, in
             # Python, only sets the time zone the session's UTC gives already, at three
@@ -104,15 +99,10 @@ def update(model: type[models.Model], objs: Sequence[models.Model], fields: Sequ
     meta = model._meta
     columns = [meta.pk, *(meta.get_field(name) for name in fields)]
     table, staging = _quoted(meta.db_table), _quoted(f"bulk_set_{meta.db_table}")
-    names = ", ".join(_quoted(f.column) for f in columns)
     key = _quoted(meta.pk.column)
     updates = ", ".join(f"{_quoted(f.column)} = staged.{_quoted(f.column)}" for f in columns[1:])
     with connection.cursor() as cursor:
-        # As upsert's staging table: the session's own, emptied by each commit.
-        cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {staging} ON COMMIT DELETE ROWS AS"
-                       f" SELECT {names} FROM {table} WITH NO DATA")
-        cursor.execute(f"DELETE FROM {staging}")
-        _copy(cursor, staging, columns, objs)
+        _stage(cursor, table, staging, columns, objs)
         cursor.execute(f"UPDATE {table} SET {updates} FROM {staging} AS staged WHERE {table}.{key} = staged.{key}")
 
 
@@ -146,6 +136,17 @@ def _upsert_elsewhere(model, objs, unique, update_fields, keep_when_null, return
                     setattr(obj, name, values[name])
     model.objects.bulk_create(objs, update_conflicts=True, unique_fields=[f.name for f in unique],
                               update_fields=update_fields)
+
+
+def _stage(cursor, table: str, staging: str, columns: list, objs: Sequence) -> None:
+    """COPY `objs` into `staging`, the session's own table of `columns` of `table`, made
+    the first time and emptied by each commit; CREATE ... AS ... WITH NO DATA takes the
+    columns' types but none of their NOT NULL constraints or defaults."""
+    names = ", ".join(_quoted(f.column) for f in columns)
+    cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {staging} ON COMMIT DELETE ROWS AS"
+                   f" SELECT {names} FROM {table} WITH NO DATA")
+    cursor.execute(f"DELETE FROM {staging}")  # rows of an earlier write in this transaction
+    _copy(cursor, staging, columns, objs)
 
 
 def _copy(cursor, table: str, columns: list, objs: Sequence, from_tuples: bool = False) -> None:
