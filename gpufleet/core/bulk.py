@@ -38,36 +38,37 @@ def insert(model: type[models.Model], fields: Sequence[str], rows: Sequence[tupl
         _copy(cursor, _quoted(model._meta.db_table), columns, rows, from_tuples=True)
 
 
-def upsert(model: type[models.Model], objs: Sequence[models.Model], unique_fields: Sequence[str],
-           update_fields: Sequence[str], keep_when_null: Sequence[str] = (), returning: Sequence[str] = ()) -> None:
-    """INSERT `objs` (every column but the primary key), or UPDATE only `update_fields`
-    of the rows that have their `unique_fields` already, and set each object's primary
-    key. Of `update_fields`, those in `keep_when_null` keep their stored value where the
-    object's is None. The fields named in `returning` are set on each object to what the
-    row holds afterwards (a field not updated keeps the stored value). Rows are written
-    in the order of their unique fields, so two concurrent upserts cannot deadlock."""
-    if not objs:
-        return
+def upsert(model: type[models.Model], fields: Sequence[str], rows: Sequence[tuple], unique_fields: Sequence[str],
+           update_fields: Sequence[str], keep_when_null: Sequence[str] = (),
+           returning: Sequence[str] = ()) -> dict[tuple, tuple]:
+    """INSERT `rows`, tuples of the `fields` named (as for `insert`), or UPDATE only
+    `update_fields` of the rows that have their `unique_fields` already. Of
+    `update_fields`, those in `keep_when_null` keep their stored value where the new one
+    is None. Returns, for each row's values of `unique_fields` (a tuple), the primary key
+    and then the fields named in `returning` as the row holds them afterwards (a field
+    not updated keeps the stored value). Rows are written in the order of their unique
+    fields, so two concurrent upserts cannot deadlock."""
+    if not rows:
+        return {}
     meta = model._meta
+    columns = [meta.get_field(name) for name in fields]
     unique = [meta.get_field(name) for name in unique_fields]
+    returned = [meta.get_field(name) for name in returning]
     if connection.vendor != "postgresql":
-        _upsert_elsewhere(model, objs, unique, update_fields, keep_when_null, returning)
-        return
-    written = [f for f in meta.concrete_fields if not f.primary_key]
+        return _upsert_elsewhere(model, columns, rows, unique, update_fields, keep_when_null, returned)
     updated = {meta.get_field(name) for name in update_fields}
     kept = {meta.get_field(name) for name in keep_when_null}
-    returned = [meta.get_field(name) for name in returning]
     table, staging = _quoted(meta.db_table), _quoted(f"bulk_in_{meta.db_table}")
-    names = ", ".join(_quoted(f.column) for f in written)
+    names = ", ".join(_quoted(f.column) for f in columns)
     keys = ", ".join(_quoted(f.column) for f in unique)
     updates = ", ".join(
         f"{_quoted(f.column)} = COALESCE(EXCLUDED.{_quoted(f.column)}, {table}.{_quoted(f.column)})" if f in kept
         else f"{_quoted(f.column)} = EXCLUDED.{_quoted(f.column)}"
-        for f in written if f in updated
+        for f in columns if f in updated
     )
     extra = "".join(f", {_quoted(f.column)}" for f in returned)
     with connection.cursor() as cursor:
-        _stage(cursor, table, staging, written, objs)
+        _stage(cursor, table, staging, columns, rows, from_tuples=True)
         if connection.timezone_name == "UTC":
             # psycopg's own loader, in C, reads the returned timestamps: Django's, in
             # Python, only sets the time zone the session's UTC gives already, at three
@@ -76,13 +77,20 @@ def upsert(model: type[models.Model], objs: Sequence[models.Model], unique_field
         cursor.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {staging} ORDER BY {keys}"
                        f" ON CONFLICT ({keys}) DO UPDATE SET {updates}"
                        f" RETURNING {_quoted(meta.pk.column)}, {keys}{extra}")
-        rows = {tuple(row[1:1 + len(unique)]): row for row in cursor.fetchall()}
-    for obj in objs:
-        row = rows[tuple(getattr(obj, f.attname) for f in unique)]
-        obj.pk = row[0]
-        for field, value in zip(returned, row[1 + len(unique):], strict=True):
-            setattr(obj, field.attname, field.from_db_value(value, None, connection)
-                    if hasattr(field, "from_db_value") else value)
+        stored = cursor.fetchall()
+    converters = [_from_db(field) for field in returned]
+    width = len(unique)
+    return {
+        tuple(row[1:1 + width]): (row[0], *(convert(value) for convert, value in zip(converters, row[1 + width:],
+                                                                                       strict=True)))
+        for row in stored
+    }
+
+
+def _from_db(field):
+    if hasattr(field, "from_db_value"):
+        return lambda value: field.from_db_value(value, None, connection)
+    return lambda value: value
 
 
 def update(model: type[models.Model], objs: Sequence[models.Model], fields: Sequence[str]) -> None:
@@ -113,12 +121,13 @@ def _c_timestamptz_loader():
     return adapters.get_loader(adapters.types["timestamptz"].oid, pq.Format.TEXT)
 
 
-def _upsert_elsewhere(model, objs, unique, update_fields, keep_when_null, returning) -> None:
+def _upsert_elsewhere(model, columns, rows, unique, update_fields, keep_when_null, returned) -> dict[tuple, tuple]:
     """`upsert` through bulk_create, which can neither keep a stored value nor return
     one: those are read first (one query, while the caller's transaction holds the rows)."""
-    if keep_when_null or returning:
+    objs = [model(**{f.attname: value for f, value in zip(columns, row, strict=True)}) for row in rows]
+    if keep_when_null or returned:
         first = unique[0]
-        wanted = [*unique, *(model._meta.get_field(name) for name in {*keep_when_null, *returning})]
+        wanted = [*unique, *{*(model._meta.get_field(name) for name in keep_when_null), *returned}]
         stored = {
             tuple(row[:len(unique)]): dict(zip((f.attname for f in wanted[len(unique):]), row[len(unique):], strict=True))
             for row in model.objects.filter(**{f"{first.attname}__in": {getattr(o, first.attname) for o in objs}})
@@ -131,22 +140,26 @@ def _upsert_elsewhere(model, objs, unique, update_fields, keep_when_null, return
             for name in keep_when_null:
                 if getattr(obj, name) is None:
                     setattr(obj, name, values[name])
-            for name in returning:
-                if name not in update_fields:
-                    setattr(obj, name, values[name])
+            for field in returned:
+                if field.name not in update_fields:
+                    setattr(obj, field.attname, values[field.attname])
     model.objects.bulk_create(objs, update_conflicts=True, unique_fields=[f.name for f in unique],
                               update_fields=update_fields)
+    return {
+        tuple(getattr(obj, f.attname) for f in unique): (obj.pk, *(getattr(obj, f.attname) for f in returned))
+        for obj in objs
+    }
 
 
-def _stage(cursor, table: str, staging: str, columns: list, objs: Sequence) -> None:
-    """COPY `objs` into `staging`, the session's own table of `columns` of `table`, made
+def _stage(cursor, table: str, staging: str, columns: list, objs: Sequence, from_tuples: bool = False) -> None:
+    """COPY `objs` (or tuples) into `staging`, the session's own table of `columns` of `table`, made
     the first time and emptied by each commit; CREATE ... AS ... WITH NO DATA takes the
     columns' types but none of their NOT NULL constraints or defaults."""
     names = ", ".join(_quoted(f.column) for f in columns)
     cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {staging} ON COMMIT DELETE ROWS AS"
                    f" SELECT {names} FROM {table} WITH NO DATA")
     cursor.execute(f"DELETE FROM {staging}")  # rows of an earlier write in this transaction
-    _copy(cursor, staging, columns, objs)
+    _copy(cursor, staging, columns, objs, from_tuples)
 
 
 def _copy(cursor, table: str, columns: list, objs: Sequence, from_tuples: bool = False) -> None:

@@ -245,6 +245,8 @@ class Device(models.Model):
     # A GPU is its UUID: everything else about it is rewritten by each snapshot.
     UPDATED_ON_INGEST = (*(c for c in COLUMNS if c != "uuid"), "pci_bus_id", "health", "last_seen", "vanished_at",
                          "busy_at")
+    # What of a reported GPU is not kept in `health`.
+    NOT_HEALTH = frozenset((*COLUMNS, "pci_bus_id"))
 
     class Meta:
         ordering = ["node", "index"]
@@ -274,17 +276,6 @@ class Device(models.Model):
             return None
         return 100.0 * self.vram_used_mib / self.vram_total_mib
 
-    @classmethod
-    def from_reported(cls, node: Node, reported: dict, now) -> Device:
-        """A row for one GPU as a snapshot reported it (gpu.Device.to_dict's keys), first
-        seen `now` and never busy (ingest sets both from the snapshot and what it stored)."""
-        values = {"node_id": node.pk, "pci_bus_id": reported.get("pci_bus_id") or "", "last_seen": now,
-                  "first_seen": now, "health": {k: v for k, v in reported.items() if k not in _NOT_HEALTH}}
-        values.update((key, reported.get(key)) for key in cls.COLUMNS)
-        # Every field by position: Django's __init__ takes that path at a third of the
-        # cost of keywords, and ingest makes one of these per GPU per snapshot.
-        return cls(*(values.get(name) for name in _DEVICE_ATTNAMES))
-
     def as_gpu_device(self) -> gpu.Device:
         return gpu.Device.from_dict(self.reported(self.health, {key: getattr(self, key) for key in self.COLUMNS},
                                                   self.pci_bus_id))
@@ -292,7 +283,7 @@ class Device(models.Model):
     @classmethod
     def reported(cls, health: dict, columns: dict, pci_bus_id: str) -> dict:
         """The GPU as its snapshot reported it (gpu.Device.to_dict's keys) from a row's
-        parts: the inverse of `from_reported`, for readers of plain values (exports)."""
+        parts (what ingest splits a reported GPU into), for readers of plain values (exports)."""
         return {**health, **columns, "pci_bus_id": pci_bus_id or None}
 
     @property
@@ -316,8 +307,6 @@ class Device(models.Model):
         return self.health.get("attached_idle") or []
 
 
-_DEVICE_ATTNAMES = [f.attname for f in Device._meta.concrete_fields]
-_NOT_HEALTH = frozenset((*Device.COLUMNS, "pci_bus_id"))
 
 
 class Finding(models.Model):

@@ -4,13 +4,14 @@ errors within its window, so the clearing has to be remembered centrally)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from django.db import transaction
 
 from gpufleet import gpu
 from gpufleet.audit.models import record
-from gpufleet.fleet.models import Device, Finding, Node, XidAcknowledgement
+from gpufleet.fleet.models import Finding, Node, XidAcknowledgement
 
 
 def xid_finding_code(index: int) -> str:
@@ -27,7 +28,7 @@ def cleared(finding: gpu.Finding, acknowledgement: XidAcknowledgement) -> gpu.Fi
     )
 
 
-def apply_acknowledgements(node: Node, findings: list[gpu.Finding], devices: list[Device]) -> list[gpu.Finding]:
+def apply_acknowledgements(node: Node, findings: list[gpu.Finding], devices: Sequence[gpu.Device]) -> list[gpu.Finding]:
     """`findings` with each acknowledged GPU's Xid finding cleared, unless a newer Xid came.
     One query, and only when the snapshot has an Xid finding at all."""
     by_code = {xid_finding_code(d.index): d for d in devices}
@@ -38,7 +39,7 @@ def apply_acknowledgements(node: Node, findings: list[gpu.Finding], devices: lis
     for finding in findings:
         device = by_code.get(finding.code)
         ack = acks.get(device.uuid) if device else None
-        if ack is not None and not gpu.newer_xids(device.xid_errors, ack.xid_errors):
+        if ack is not None and not gpu.newer_xids([x.to_dict() for x in device.xid_errors], ack.xid_errors):
             finding = cleared(finding, ack)
         result.append(finding)
     return result

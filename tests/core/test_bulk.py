@@ -11,64 +11,74 @@ from django.test.utils import CaptureQueriesContext
 from gpufleet.core import bulk
 from gpufleet.fleet.models import Device, DeviceSample, Node
 from tests.conftest import needs_postgresql
-from tests.factories import snapshot
 
 pytestmark = pytest.mark.django_db
 
 FIRST = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 
 
-def test_an_upsert_sets_what_the_rows_hold_afterwards_as_the_orm_reads_them():
+FIELDS = ["node_id", "uuid", "index", "name", "pci_bus_id", "health", "last_seen", "first_seen", "busy_at"]
+
+
+def _row(node: Node, seen, busy_at=None, health=None) -> tuple:
+    return (node.pk, "GPU-0", 0, "NVIDIA H200", "", {} if health is None else health, seen, seen, busy_at)
+
+
+def _upsert(rows: list[tuple], **kwargs) -> dict:
+    return bulk.upsert(Device, FIELDS, rows, ["node", "uuid"], ["index", "name", "health", "last_seen", "busy_at"],
+                       **kwargs)
+
+
+def test_an_upsert_returns_what_the_rows_hold_afterwards_as_the_orm_reads_them():
     """first_seen is not updated, so the row's own comes back; busy_at is kept where the
     new value is None: the stored one comes back, to the microsecond, in UTC."""
     node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
-    reported = snapshot("n", gpus=1)["devices"][0]
-    stored = Device.from_reported(node, reported, FIRST)
-    stored.busy_at = FIRST + timedelta(seconds=1)
-    stored.save()
+    first = _upsert([_row(node, FIRST, busy_at=FIRST + timedelta(seconds=1))])
     later = FIRST + timedelta(days=1)
-    again = Device.from_reported(node, reported, later)
-    assert again.first_seen == later and again.busy_at is None
 
-    bulk.upsert(Device, [again], ["node", "uuid"], Device.UPDATED_ON_INGEST, keep_when_null=["busy_at"],
-                returning=["first_seen", "busy_at"])
+    again = _upsert([_row(node, later)], keep_when_null=["busy_at"], returning=["first_seen", "busy_at"])
 
-    assert again.pk == stored.pk
-    assert (again.first_seen, again.busy_at) == Device.objects.values_list("first_seen", "busy_at").get(pk=stored.pk)
-    assert (again.first_seen, again.busy_at) == (FIRST, FIRST + timedelta(seconds=1))
-    assert again.first_seen.utcoffset() == again.busy_at.utcoffset() == timedelta(0)
-    assert Device.objects.get(pk=stored.pk).last_seen == later
+    ((pk,),) = first.values()
+    assert list(again) == [(node.pk, "GPU-0")]
+    assert again[node.pk, "GPU-0"] == (pk, FIRST, FIRST + timedelta(seconds=1))
+    assert again[node.pk, "GPU-0"][1:] == Device.objects.values_list("first_seen", "busy_at").get(pk=pk)
+    _, first_seen, busy_at = again[node.pk, "GPU-0"]
+    assert first_seen.utcoffset() == busy_at.utcoffset() == timedelta(0)
+    assert Device.objects.get(pk=pk).last_seen == later
+
+
+def test_an_upsert_inserts_and_updates_in_one_call_and_keys_each_row_by_its_unique_fields():
+    node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
+    ((old,),) = _upsert([_row(node, FIRST)]).values()
+    new = (node.pk, "GPU-1", 1, "NVIDIA H100", "", {}, FIRST, FIRST, None)
+    written = _upsert([new, _row(node, FIRST + timedelta(seconds=1))], returning=["name"])
+    assert written[node.pk, "GPU-0"] == (old, "NVIDIA H200")
+    assert written[node.pk, "GPU-1"] == (Device.objects.get(uuid="GPU-1").pk, "NVIDIA H100")
+    assert Device.objects.count() == 2
 
 
 HEALTH = {"pstate": 'P0 "ünïcode" ✓\\\n', "ratio": 0.1, "big": 2**60, "flag": True, "none": None,
           "nested": [1, "a", {"k": []}]}
 
 
-def _device_with_health(health) -> Device:
-    node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
-    device = Device.from_reported(node, snapshot("n", gpus=1)["devices"][0], FIRST)
-    device.health = health
-    return device
-
-
 def test_json_values_are_written_as_the_orm_reads_them_back():
-    device = _device_with_health(HEALTH)
-    bulk.upsert(Device, [device], ["node", "uuid"], Device.UPDATED_ON_INGEST)
-    assert Device.objects.get(pk=device.pk).health == HEALTH
+    node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
+    ((pk,),) = _upsert([_row(node, FIRST, health=HEALTH)]).values()
+    assert Device.objects.get(pk=pk).health == HEALTH
 
 
 def test_a_json_value_no_utf8_can_hold_is_refused_by_the_database_as_before():
     # Validated snapshots hold no lone surrogate; should one come, PostgreSQL refuses
     # it (a DatabaseError, which ingest takes for that snapshot's alone), not the writer.
     needs_postgresql()
-    device = _device_with_health({"pstate": "P\ud800"})
+    node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
     with pytest.raises(DatabaseError), transaction.atomic():
-        bulk.upsert(Device, [device], ["node", "uuid"], Device.UPDATED_ON_INGEST)
+        _upsert([_row(node, FIRST, health={"pstate": "P\ud800"})])
 
 
 def test_timestamps_are_written_as_the_instants_they_are_in_any_zone():
-    device = _device_with_health({})
-    device.save()
+    node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
+    device = Device.objects.create(node=node, uuid="GPU-0", index=0, name="NVIDIA H200")
     east = timezone(timedelta(hours=2))
     at = [FIRST.astimezone(east), FIRST.astimezone(east), FIRST + timedelta(microseconds=1), FIRST - timedelta(days=400)]
     bulk.insert(DeviceSample, ["device_id", "collected_at"], [(device.pk, t) for t in at])

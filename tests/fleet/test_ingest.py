@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from gpufleet import gpu
+from gpufleet import gpu, wire
 from gpufleet.claims.models import Claim
 from gpufleet.claims.services import save_claim
 from gpufleet.core import bulk
@@ -223,6 +223,20 @@ def test_it_stores_every_health_field_and_gives_them_back_as_reported():
     assert device.as_gpu_device().to_dict() == snap["devices"][1]
     sample = DeviceSample.objects.get(device=device)
     assert (sample.temperature_c, sample.power_draw_w) == (71, 612.5)
+
+
+@pytest.mark.parametrize("extra", [
+    pytest.param({}, id="plain"),
+    pytest.param(HEALTH, id="every-health-field"),
+    pytest.param({"attached_idle": [{"id": "9e8d", "name": "idle", "image": "cuda:12"}], "processes": [],
+                  "throttle_reasons": None}, id="attached-idle"),
+])
+def test_a_reported_gpu_becomes_the_domain_s_as_its_dict_does(extra):
+    """Ingest makes the domain's GPU from the validated one without its dict: the same GPU."""
+    snap = snapshot("alpha", 1)
+    snap["devices"][0].update(extra)
+    reported = wire.parse_snapshot(snap).devices[0]
+    assert reported.to_device() == gpu.Device.from_dict(reported.model_dump()) == gpu.Device.from_dict(snap["devices"][0])
 
 
 def test_it_still_accepts_a_schema_1_snapshot_from_an_older_agent():

@@ -64,17 +64,17 @@ def test_a_snapshot_the_database_refuses_is_rejected_alone(monkeypatch, attribut
     index, NOT NULL; JSON no UTF-8 holds, refused by COPY on PostgreSQL): the batch
     falls back to one transaction per snapshot, so the others are stored whole and
     the refused one writes nothing."""
-    from_reported = Device.from_reported.__func__
     if attribute == "health" and connection.vendor != "postgresql":
         pytest.skip("SQLite stores the escaped surrogate")
+    refused = {}
 
-    def refusing(cls, node, reported, now):
-        device = from_reported(cls, node, reported, now)
-        if node.name == "refused":
-            setattr(device, attribute, value)
-        return device
+    def refusing(node_pk, reported, *args):
+        row = device_row(node_pk, reported, *args)
+        return _replaced(row, attribute, value) if node_pk == refused.get("pk") else row
 
-    monkeypatch.setattr(Device, "from_reported", classmethod(refusing))
+    device_row = services._device_row
+    monkeypatch.setattr(services, "_device_row", refusing)
+    monkeypatch.setattr(services, "_locked_nodes", _noting_the_pk_of("refused", refused))
     results = ingest_snapshots([snapshot("ok-1", gpus=2), snapshot("refused", gpus=2), snapshot("ok-2", gpus=2)])
 
     assert [r.outcome for r in results] == [ACCEPTED, REJECTED, ACCEPTED]
@@ -82,6 +82,26 @@ def test_a_snapshot_the_database_refuses_is_rejected_alone(monkeypatch, attribut
     assert Device.objects.filter(node__name__in=["ok-1", "ok-2"]).count() == 4
     assert not Device.objects.filter(node__name="refused").exists()
     assert not Node.objects.filter(name="refused").exists()  # its transaction made the node and was undone
+
+
+def _replaced(row: tuple, field: str, value) -> tuple:
+    """A GPU row of ingest (services._DEVICE_FIELDS) with one value replaced."""
+    values = dict(zip(services._DEVICE_FIELDS, row, strict=True))
+    values[field] = value
+    return tuple(values.values())
+
+
+def _noting_the_pk_of(name: str, noted: dict):
+    """services._locked_nodes, noting in `noted` the primary key of node `name` when it locks it."""
+    locked_nodes = services._locked_nodes
+
+    def noting(names, now):
+        nodes = locked_nodes(names, now)
+        if name in nodes:
+            noted["pk"] = nodes[name].pk
+        return nodes
+
+    return noting
 
 
 def _statements(batch: list[dict]) -> int:
@@ -133,15 +153,12 @@ def test_a_diagnosis_is_done_when_a_newer_snapshot_of_its_node_lands_in_the_same
 
 def test_a_snapshot_superseded_by_one_the_database_refuses_is_rejected_too(monkeypatch):
     """Neither was stored, so the older one must not read as merely stale."""
-    from_reported = Device.from_reported.__func__
+    def refusing(node_pk, reported, *args):
+        row = device_row(node_pk, reported, *args)
+        return _replaced(row, "index", None) if reported.vram_used_mib == 666 else row
 
-    def refusing(cls, node, reported, now):
-        device = from_reported(cls, node, reported, now)
-        if reported.get("vram_used_mib") == 666:
-            device.index = None
-        return device
-
-    monkeypatch.setattr(Device, "from_reported", classmethod(refusing))
+    device_row = services._device_row
+    monkeypatch.setattr(services, "_device_row", refusing)
     older = snapshot("n", gpus=1)
     newer = snapshot("n", gpus=1, used_mib=666, at=later(older))
     results = ingest_snapshots([older, newer])
