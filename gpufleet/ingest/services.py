@@ -242,8 +242,8 @@ def _store_devices(
     for node, snapshot in fresh:
         at = snapshot.collected_at
         devices = []
-        for reported in snapshot.devices:
-            device = reported.to_device()
+        for reported in map(DeviceIn.as_dict, snapshot.devices):
+            device = gpu.Device.from_dict(reported)
             devices.append(device)
             made.append((node.pk, at, device))
             # A GPU new to the centre is first seen at this snapshot; one it knows keeps its
@@ -268,13 +268,14 @@ def _store_devices(
 # The GPU columns each accepted snapshot writes, in the order of _device_row's values.
 _DEVICE_FIELDS = ["node_id", *Device.COLUMNS, "pci_bus_id", "health", "last_seen", "vanished_at", "first_seen",
                   "busy_at"]
-_device_columns = operator.attrgetter(*Device.COLUMNS)
+_device_columns = operator.itemgetter(*Device.COLUMNS)
 
 
-def _device_row(node_pk: int, reported: DeviceIn, now, first_seen, busy_at) -> tuple:
-    """One GPU's row as its snapshot reports it, seen `now` (see _DEVICE_FIELDS)."""
-    return (node_pk, *_device_columns(reported), reported.pci_bus_id or "",
-            reported.model_dump(exclude=Device.NOT_HEALTH), now, None, first_seen, busy_at)
+def _device_row(node_pk: int, reported: dict, now, first_seen, busy_at) -> tuple:
+    """One GPU's row as its snapshot reports it (gpu.Device.to_dict's keys), seen `now`
+    (see _DEVICE_FIELDS)."""
+    health = {key: value for key, value in reported.items() if key not in Device.NOT_HEALTH}
+    return (node_pk, *_device_columns(reported), reported["pci_bus_id"] or "", health, now, None, first_seen, busy_at)
 
 
 def _index(device: gpu.Device) -> int:
@@ -294,14 +295,14 @@ def _idle_gpus(idle_since: dict[int, datetime], at, rule: gpu.IdleRule) -> dict[
 
 def _lost_devices(nodes: list[Node]) -> dict[int, list[Device]]:
     lost: dict[int, list[Device]] = {node.pk: [] for node in nodes}
-    for device in Device.objects.filter(node__in=nodes, vanished_at__isnull=False).order_by("node_id", "index"):
+    for device in Device.objects.filter(node_id__in=list(lost), vanished_at__isnull=False).order_by("node_id", "index"):
         lost[device.node_id].append(device)
     return lost
 
 
 def _claims(nodes: list[Node]) -> dict[int, list[Claim]]:
     claims: dict[int, list[Claim]] = {node.pk: [] for node in nodes}
-    for claim in Claim.objects.filter(node__in=nodes).order_by("created_at", "pk"):
+    for claim in Claim.objects.filter(node_id__in=list(claims)).order_by("created_at", "pk"):
         claims[claim.node_id].append(claim)
     return claims
 
@@ -346,7 +347,7 @@ def _overlap_finding(ledger: gpu.Ledger) -> gpu.Finding | None:
 
 
 def _store_findings(findings: list[tuple[Node, list[gpu.Finding]]]) -> None:
-    Finding.objects.filter(node__in=[node for node, _ in findings]).delete()
+    Finding.objects.filter(node_id__in=[node.pk for node, _ in findings]).delete()
     bulk.insert(
         Finding,
         ["node_id", "position", "code", "name", "status", "message", "fix"],

@@ -15,7 +15,8 @@ from gpufleet.gpu import (
     detect,
     parse_smi,
 )
-from gpufleet.gpu.devices import HEALTH_FIELDS
+from gpufleet.gpu.devices import HEALTH_FIELDS, MigDevice, XidCount
+from gpufleet.gpu.processes import Container, GpuProcess
 from tests.fakes.memory import SMI, exited, failed, host
 from tests.fakes.recorded import recording
 
@@ -328,3 +329,44 @@ def test_it_clips_a_huge_error_text():
     info = detect(host(smi=exited(SMI, 9, stdout="x" * 5000)), DockerInfo())
     assert len(info.no_gpu_reason) == 500
     assert info.no_gpu_reason.endswith("…")
+
+
+FULL = {
+    "index": 1, "uuid": "GPU-1", "name": "NVIDIA H200", "vram_total_mib": 143771, "vram_used_mib": 512,
+    "utilization_percent": 7, "pci_bus_id": "00000000:9B:00.0", "temperature_c": 40, "power_draw_w": 80.5,
+    "throttle_reasons": ["sw_power_cap"], "mig_mode": True,
+    "mig_devices": [{"uuid": "MIG-1", "profile": "3g.40gb", "device": 0}],
+    "xid_errors": [{"xid": 79, "count": 1, "last_seen": None, "description": "fell off the bus"}],
+    "processes": [{"pid": 7, "name": "python3", "used_mib": 500,
+                   "container": {"id": "4f1d", "name": "trainer", "image": "pytorch", "claim": "job"}}],
+    "attached_idle": [{"id": "9e8d", "name": "idle", "image": "cuda", "claim": None}],
+}
+
+
+def test_from_dict_makes_the_device_its_constructor_makes():
+    """from_dict fills the instance without the frozen dataclass's __init__: the same
+    Device (equal, same hash and repr, frozen), defaults where a key is missing."""
+    made = Device(
+        index=1, uuid="GPU-1", name="NVIDIA H200", vram_total_mib=143771, vram_used_mib=512, utilization_percent=7,
+        pci_bus_id="00000000:9B:00.0", temperature_c=40, power_draw_w=80.5, throttle_reasons=("sw_power_cap",),
+        mig_mode=True, mig_devices=(MigDevice("MIG-1", "3g.40gb", 0),),
+        xid_errors=(XidCount(79, 1, None, "fell off the bus"),),
+        processes=(GpuProcess("GPU-1", 7, "python3", 500, Container("4f1d", "trainer", "pytorch", "job")),),
+        attached_idle=(Container("9e8d", "idle", "cuda", None),),
+    )
+    device = Device.from_dict({**FULL, "made_up": 1})
+    assert device == made and hash(device) == hash(made) and repr(device) == repr(made)
+    assert device.ecc_mode is None and not hasattr(device, "made_up")
+    assert Device.from_dict(made.to_dict()) == made
+    with pytest.raises(AttributeError):
+        device.index = 2
+
+
+def test_from_dict_leaves_what_an_older_agent_did_not_send_unknown():
+    reference = {k: FULL[k] for k in ("index", "uuid", "name", "vram_total_mib", "vram_used_mib", "utilization_percent")}
+    assert Device.from_dict(reference) == Device(**reference)
+
+
+def test_from_dict_refuses_a_device_without_its_identity():
+    with pytest.raises(TypeError, match="index, uuid"):
+        Device.from_dict({"name": "NVIDIA H200", "vram_total_mib": 1, "vram_used_mib": 0, "utilization_percent": 0})

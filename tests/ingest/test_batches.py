@@ -155,7 +155,7 @@ def test_a_snapshot_superseded_by_one_the_database_refuses_is_rejected_too(monke
     """Neither was stored, so the older one must not read as merely stale."""
     def refusing(node_pk, reported, *args):
         row = device_row(node_pk, reported, *args)
-        return _replaced(row, "index", None) if reported.vram_used_mib == 666 else row
+        return _replaced(row, "index", None) if reported["vram_used_mib"] == 666 else row
 
     device_row = services._device_row
     monkeypatch.setattr(services, "_device_row", refusing)
