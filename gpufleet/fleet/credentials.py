@@ -57,7 +57,7 @@ def key_for(name: str, generation: int) -> wire.NodeKey | None:
 def keys_for(auths: list) -> Callable[[str, int], wire.NodeKey | None]:
     """`key_for` for the nodes that signed `auths` (a batch of messages), in one query."""
     names = {a["node"] for a in auths if isinstance(a, dict) and isinstance(a.get("node"), str)}
-    valid = set(NodeCredential.objects.filter(name__in=names, revoked_at__isnull=True).values_list("name", "generation"))
+    valid = set(NodeCredential.objects.filter(name__any=names, revoked_at__isnull=True).values_list("name", "generation"))
     return lambda name, generation: _key(name, generation) if (name, generation) in valid else None
 
 

@@ -225,7 +225,7 @@ def _locked_nodes(names: list[str], now) -> dict[str, Node]:
 
 def _locking(names: list[str]) -> dict[str, Node]:
     # Only what is read before a snapshot rewrites the rest (_NODE_FIELDS, bulk.update).
-    locked = Node.objects.select_for_update().filter(name__in=names).only("name", "collected_at").order_by("name")
+    locked = Node.objects.select_for_update().filter(name__any=names).only("name", "collected_at").order_by("name")
     return {node.name: node for node in locked}
 
 
@@ -254,7 +254,7 @@ def _store_devices(
                          keep_when_null=["busy_at"], returning=["first_seen", "busy_at"])
     # A GPU missing from its snapshot keeps its row, marked vanished: every reported
     # one was just stamped last_seen=now, so the others of these nodes are the missing.
-    Device.objects.filter(node_id__in=list(gpus), vanished_at__isnull=True).exclude(last_seen=now).update(vanished_at=now)
+    Device.objects.filter(node_id__any=list(gpus), vanished_at__isnull=True).exclude(last_seen=now).update(vanished_at=now)
     samples, idle_since = [], {pk: {} for pk in gpus}
     for node_pk, at, device in made:
         pk, first_seen, busy_at = stored[node_pk, device.uuid]
@@ -295,14 +295,14 @@ def _idle_gpus(idle_since: dict[int, datetime], at, rule: gpu.IdleRule) -> dict[
 
 def _lost_devices(nodes: list[Node]) -> dict[int, list[Device]]:
     lost: dict[int, list[Device]] = {node.pk: [] for node in nodes}
-    for device in Device.objects.filter(node_id__in=list(lost), vanished_at__isnull=False).order_by("node_id", "index"):
+    for device in Device.objects.filter(node_id__any=list(lost), vanished_at__isnull=False).order_by("node_id", "index"):
         lost[device.node_id].append(device)
     return lost
 
 
 def _claims(nodes: list[Node]) -> dict[int, list[Claim]]:
     claims: dict[int, list[Claim]] = {node.pk: [] for node in nodes}
-    for claim in Claim.objects.filter(node_id__in=list(claims)).order_by("created_at", "pk"):
+    for claim in Claim.objects.filter(node_id__any=list(claims)).order_by("created_at", "pk"):
         claims[claim.node_id].append(claim)
     return claims
 
@@ -347,7 +347,7 @@ def _overlap_finding(ledger: gpu.Ledger) -> gpu.Finding | None:
 
 
 def _store_findings(findings: list[tuple[Node, list[gpu.Finding]]]) -> None:
-    Finding.objects.filter(node_id__in=[node.pk for node, _ in findings]).delete()
+    Finding.objects.filter(node_id__any=[node.pk for node, _ in findings]).delete()
     bulk.insert(
         Finding,
         ["node_id", "position", "code", "name", "status", "message", "fix"],
