@@ -78,19 +78,15 @@ def upsert(model: type[models.Model], fields: Sequence[str], rows: Sequence[tupl
                        f" ON CONFLICT ({keys}) DO UPDATE SET {updates}"
                        f" RETURNING {_quoted(meta.pk.column)}, {keys}{extra}")
         stored = cursor.fetchall()
-    converters = [_from_db(field) for field in returned]
     width = len(unique)
-    return {
-        tuple(row[1:1 + width]): (row[0], *(convert(value) for convert, value in zip(converters, row[1 + width:],
-                                                                                       strict=True)))
-        for row in stored
-    }
-
-
-def _from_db(field):
-    if hasattr(field, "from_db_value"):
-        return lambda value: field.from_db_value(value, None, connection)
-    return lambda value: value
+    converted = [(i, field) for i, field in enumerate(returned, start=1 + width) if hasattr(field, "from_db_value")]
+    written = {}
+    for row in stored:
+        values = list(row)
+        for i, field in converted:
+            values[i] = field.from_db_value(values[i], None, connection)
+        written[tuple(values[1:1 + width])] = (values[0], *values[1 + width:])
+    return written
 
 
 def update(model: type[models.Model], objs: Sequence[models.Model], fields: Sequence[str]) -> None:

@@ -240,6 +240,8 @@ class Ledger:
         by_name = {c.name.lower(): c for c in self.claims}
         found = []
         for device in self.info.devices:
+            if not device.processes and not device.attached_idle:
+                continue  # most GPUs: no container to judge
             on_it = [p.container for p in device.processes if p.container is not None] + list(device.attached_idle)
             for container in dict.fromkeys(c for c in on_it if c.claim):
                 claim = by_name.get(container.claim.lower())
