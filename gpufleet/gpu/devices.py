@@ -245,7 +245,9 @@ class Device:
     @classmethod
     def from_dict(cls, data: dict) -> Device:
         """The inverse of to_dict; keys an older agent did not send stay unknown."""
-        values = {k: v for k, v in data.items() if k in _PLAIN_DEVICE_FIELDS}
+        values = dict(data)
+        for key in values.keys() - _PLAIN_DEVICE_FIELDS:  # the nested ones, made below, and unknown ones
+            del values[key]
         # Most GPUs have none of these, and the fields' defaults say so: the site makes
         # one of these for each GPU of each snapshot it stores.
         if mig_devices := data.get("mig_devices"):

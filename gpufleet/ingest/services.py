@@ -274,7 +274,9 @@ _device_columns = operator.itemgetter(*Device.COLUMNS)
 def _device_row(node_pk: int, reported: dict, now, first_seen, busy_at) -> tuple:
     """One GPU's row as its snapshot reports it (gpu.Device.to_dict's keys), seen `now`
     (see _DEVICE_FIELDS)."""
-    health = {key: value for key, value in reported.items() if key not in Device.NOT_HEALTH}
+    health = dict(reported)
+    for key in Device.NOT_HEALTH:
+        del health[key]
     return (node_pk, *_device_columns(reported), reported["pci_bus_id"] or "", health, now, None, first_seen, busy_at)
 
 
