@@ -114,12 +114,12 @@ def test_in_ci_the_real_path_is_measured(figures):
     assert result["fleet_nodes_one_host_keeps_up_with"] == pytest.approx(
         result["ingest_service_snapshots_per_s"] * result["collect_interval_s"], abs=50)
     if _postgresql():
-        # Ratios are printed rounded to three decimals.
         # Each real-path run is compared with the floor runs just before and after it (one
-        # run each at --repeat 1); each figure is the median of its runs.
+        # run each at --repeat 1); each figure is the median of its runs. The ratios are
+        # printed to three decimals, from rates not yet rounded to one.
         before, between, after = result["ingest_copy_floor_runs_per_s"]
         assert result["ingest_snapshots_runs_per_s"] == [result["ingest_snapshots_per_s"]]
         assert result["ratio_ingest_to_copy_floor"] == pytest.approx(
-            result["ingest_snapshots_per_s"] / ((before + between) / 2), abs=0.0005)
+            result["ingest_snapshots_per_s"] / ((before + between) / 2), rel=0.01, abs=0.001)
         assert result["ratio_ingest_service_to_copy_floor"] == pytest.approx(
-            result["ingest_service_snapshots_per_s"] / ((between + after) / 2), abs=0.0005)
+            result["ingest_service_snapshots_per_s"] / ((between + after) / 2), rel=0.01, abs=0.001)
