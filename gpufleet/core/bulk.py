@@ -9,9 +9,9 @@ its field and cannot upsert, and no other maintained library copies into the cal
 transaction, hence this module. Elsewhere (SQLite) they are Django's bulk_create and
 bulk_update.
 
-Only plain column values are written: JSON fields are encoded here, every other
-value must already be what the column takes (int, float, str, bool, datetime, None),
-as model instances built by the caller's code hold them."""
+`insert` and `upsert` take rows as tuples, `update` model instances. Only plain column
+values are written: JSON fields are encoded here, every other value must already be
+what the column takes (int, float, str, bool, datetime, None)."""
 
 from __future__ import annotations
 
