@@ -313,8 +313,9 @@ class Command(BaseCommand):
         with the COPY floor measured before, between and after them: each real-path run is
         compared with the floor runs just before and after it, and each figure is the
         median of its runs. This machine's speed drifts by a third over minutes, and a
-        floor measured once, after both real paths, put the drift into the ratio
-        (one-process ratios of 0.36 and 0.56 in back-to-back runs of the same code)."""
+        floor measured once, after both real paths, put the drift into the ratio (500-node runs
+        of the same code printed one-process ratios of 0.36-0.40, and 0.56 where the floor ran
+        at a slow moment)."""
         f = self.figures
         paths = {"ingest_snapshots_per_s": ("ratio_ingest_to_copy_floor", 1),
                  "ingest_service_snapshots_per_s": ("ratio_ingest_service_to_copy_floor",
