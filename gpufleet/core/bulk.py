@@ -148,9 +148,10 @@ def _upsert_elsewhere(model, columns, rows, unique, update_fields, keep_when_nul
 
 
 def _stage(cursor, table: str, staging: str, columns: list, objs: Sequence, from_tuples: bool = False) -> None:
-    """COPY `objs` (or tuples) into `staging`, the session's own table of `columns` of `table`, made
-    the first time and emptied by each commit; CREATE ... AS ... WITH NO DATA takes the
-    columns' types but none of their NOT NULL constraints or defaults."""
+    """COPY `objs` (model instances, or tuples `from_tuples`) into `staging`, the session's
+    own table of `columns` of `table`, made the first time and emptied by each commit;
+    CREATE ... AS ... WITH NO DATA takes the columns' types but none of their NOT NULL
+    constraints or defaults."""
     names = ", ".join(_quoted(f.column) for f in columns)
     cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {staging} ON COMMIT DELETE ROWS AS"
                    f" SELECT {names} FROM {table} WITH NO DATA")

@@ -307,8 +307,6 @@ class Device(models.Model):
         return self.health.get("attached_idle") or []
 
 
-
-
 class Finding(models.Model):
     """One doctor finding of a node's latest snapshot."""
 
