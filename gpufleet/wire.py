@@ -141,13 +141,10 @@ class DeviceIn(BaseModel):
         fields as validated, only the nested models dumped. The site makes one for each
         GPU of each snapshot it stores."""
         values = dict(self.__dict__)
-        for name in _NESTED_DEVICE_LISTS:
+        for name in gpu.NESTED_DEVICE_FIELDS:
             if values[name]:
                 values[name] = [item.model_dump() for item in values[name]]
         return values
-
-
-_NESTED_DEVICE_LISTS = ("mig_devices", "xid_errors", "processes", "attached_idle")
 
 
 class FindingIn(BaseModel):

@@ -235,7 +235,7 @@ class Device:
         data = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("mig_devices", "xid_errors", "processes", "attached_idle"):
+            if f.name in NESTED_DEVICE_FIELDS:
                 value = [item.to_dict() for item in value]
             elif isinstance(value, tuple):
                 value = list(value)
@@ -277,7 +277,9 @@ class Device:
 
 
 _DEVICE_FIELDS = frozenset(f.name for f in fields(Device))
-_PLAIN_DEVICE_FIELDS = _DEVICE_FIELDS - {"mig_devices", "xid_errors", "processes", "attached_idle"}
+# A Device's fields that hold lists of records of their own (dicts in to_dict's form).
+NESTED_DEVICE_FIELDS = ("mig_devices", "xid_errors", "processes", "attached_idle")
+_PLAIN_DEVICE_FIELDS = _DEVICE_FIELDS - set(NESTED_DEVICE_FIELDS)
 _REQUIRED_DEVICE_FIELDS = frozenset(f.name for f in fields(Device) if f.default is MISSING)
 
 
