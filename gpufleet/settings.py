@@ -342,8 +342,12 @@ CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 # to reuse it: at 1 connection per snapshot that cost ingest 4/5 of its speed.
 CELERY_DB_REUSE_MAX = 1000
 CELERY_TASK_DEFAULT_QUEUE = "ingest"
-# The ingest worker stores agents' snapshots in batches of up to this many messages,
-# or of what came within GPUFLEET_INGEST_FLUSH_S (the longest a lone snapshot waits).
+# Celery's prefork pool with pipes that hold a batch (the ingest worker's; the others
+# run solo).
+CELERY_WORKER_POOL = "gpufleet.ingest.pool:TaskPool"
+# The ingest worker stores agents' snapshots in batches of up to this many messages;
+# a pool process with nothing to do takes what is buffered at once, and what is
+# buffered never waits longer than GPUFLEET_INGEST_FLUSH_S (gpufleet/ingest/tasks.py).
 # It prefetches two batches' worth (processes.ingest_worker), so keep the batch well
 # below what it can store within the visibility timeout.
 GPUFLEET_INGEST_BATCH = env_int("GPUFLEET_INGEST_BATCH", 200, minimum=1)

@@ -250,7 +250,9 @@ class _Received:
 
 
 class _InlinePool:
-    def apply_async(self, target, args, callback):
+    num_processes = 1
+
+    def apply_async(self, target, args, callback, error_callback):
         callback(target(*args))
 
 

@@ -115,3 +115,20 @@ def test_snapshots_travel_compressed_and_plain_ones_from_older_agents_still_stor
         assert not Node.objects.filter(name=bomb["node"]).exists()
         assert ingest.alive()
     queue.close()
+
+
+def test_the_worker_stores_what_it_holds_when_its_pool_process_is_idle_not_when_the_timer_fires(broker, node_name):
+    """With the flush timer a minute away, a backlog's last part short of a full batch,
+    and then a lone snapshot to a quiet worker, are each stored within seconds."""
+    from tests.factories import snapshot
+
+    backlog = [f"{node_name}-{i:03}" for i in range(250)]  # two full batches and half of one
+    for name in backlog:
+        send_snapshot(snapshot(name, gpus=1))
+    env = {**_env(broker, "central", "central"), "GPUFLEET_INGEST_BATCH": "100", "GPUFLEET_INGEST_FLUSH_S": "60"}
+    stored = Node.objects.filter(name__in=backlog)
+    with celery_worker("ingest", "ingest", env) as ingest:
+        wait_for(lambda: stored.count() == len(backlog), 20, "the whole backlog", (ingest,))
+        send_snapshot(snapshot(node_name, gpus=2))
+        node = wait_for(lambda: Node.objects.filter(name=node_name).first(), 10, "the lone snapshot", (ingest,))
+    assert node.gpu_count == 2
