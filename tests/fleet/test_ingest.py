@@ -24,11 +24,13 @@ pytestmark = pytest.mark.django_db
 
 # Per snapshot of a known node: lock the node (SELECT FOR UPDATE), upsert devices
 # (returning their first_seen and busy_at), mark vanished GPUs, insert samples, read
-# the lost GPUs, replace findings (delete + insert), read claims, save the node; plus
-# the transaction's own statements (BEGIN/COMMIT, or a savepoint inside a test's
-# transaction). Where the database cannot return them (SQLite), the device upsert
+# the lost GPUs, read claims, read the stored findings (a digest on PostgreSQL), save
+# the node; plus the transaction's own statements (BEGIN/COMMIT, or a savepoint inside
+# a test's transaction). Findings that changed are replaced: two statements more
+# (delete + insert). Where the database cannot return them (SQLite), the device upsert
 # reads first_seen and busy_at first: one statement more.
-STATEMENTS_PER_SNAPSHOT = 9
+STATEMENTS_PER_SNAPSHOT = 8
+FINDINGS_REPLACED = 2
 
 
 def _row_counts():
@@ -53,11 +55,14 @@ def test_it_stores_an_8_gpu_node():
     assert DeviceSample.objects.filter(device__node=node).count() == 8
 
 
+@pytest.mark.parametrize("findings_changed", [False, True])
 @pytest.mark.parametrize("gpus", [1, 8, 64])
-def test_it_uses_a_fixed_number_of_statements_whatever_the_gpu_count(gpus):
+def test_it_uses_a_fixed_number_of_statements_whatever_the_gpu_count(gpus, findings_changed):
     first = snapshot("n", gpus=gpus)
     ingest_snapshot(first)
     second = snapshot("n", gpus=gpus, at=later(first))
+    if findings_changed:
+        second["findings"][0]["message"] += " (changed)"
     Claim.objects.create(node=Node.objects.get(name="n"), name="job", count=1)
     with CaptureQueriesContext(connection) as ctx:
         assert ingest_snapshot(second).outcome == ACCEPTED
@@ -70,8 +75,11 @@ def test_it_uses_a_fixed_number_of_statements_whatever_the_gpu_count(gpus):
     # their UPDATE or INSERT: make the staging table if missing, empty it, COPY into it.
     # Elsewhere the GPU upsert adds its read of first_seen and busy_at.
     extra = 6 if connection.vendor == "postgresql" else 1
-    assert len(statements) == STATEMENTS_PER_SNAPSHOT + upserts - 1 + extra, "\n".join(s[:80] for s in statements)
+    replaced = FINDINGS_REPLACED if findings_changed else 0
+    assert len(statements) == STATEMENTS_PER_SNAPSHOT + upserts - 1 + extra + replaced, (
+        "\n".join(s[:80] for s in statements))
     assert Device.objects.filter(node__name="n").count() == gpus
+    assert Finding.objects.filter(node__name="n", message=second["findings"][0]["message"]).exists()
 
 
 def _malformed():

@@ -110,20 +110,28 @@ def _statements(batch: list[dict]) -> int:
     return len([q for q in ctx.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))])
 
 
+@pytest.mark.parametrize("findings_changed", [0, 1, "all"])
 @pytest.mark.parametrize("gpus", [1, 8])
 @pytest.mark.parametrize("size", [1, 5])
-def test_statements_per_batch_do_not_grow_with_batch_size_or_gpu_count(size, gpus):
+def test_statements_per_batch_do_not_grow_with_batch_size_or_gpu_count(size, gpus, findings_changed):
     names = [f"n{i}" for i in range(size)]
     firsts = [snapshot(name, gpus=gpus) for name in names]
     ingest_snapshots(firsts)
     for node in Node.objects.all():
         Claim.objects.create(node=node, name="job", count=1)
+    seconds = [snapshot(s["node"], gpus=gpus, at=later(s)) for s in firsts]
+    for second in seconds[:size if findings_changed == "all" else findings_changed]:
+        second["findings"][0]["message"] += " (changed)"
     # On PostgreSQL each of the two upserts (nodes, GPUs) is four statements: make the
     # staging table if missing, empty it, COPY into it, INSERT ... ON CONFLICT ... RETURNING
     # from it; elsewhere the GPU upsert reads the GPUs' first_seen and busy_at first.
-    expected = 15 if connection.vendor == "postgresql" else 10
-    assert _statements([snapshot(s["node"], gpus=gpus, at=later(s)) for s in firsts]) == expected
+    # The stored findings are read, and those of the nodes whose findings changed are
+    # replaced in two statements (delete, insert), however many nodes that is.
+    expected = (14 if connection.vendor == "postgresql" else 9) + (2 if findings_changed else 0)
+    assert _statements(seconds) == expected
     assert Device.objects.count() == size * gpus
+    changed = Finding.objects.filter(message__endswith=" (changed)").values_list("node__name", flat=True)
+    assert sorted(changed) == sorted(s["node"] for s in seconds if s["findings"][0]["message"].endswith(" (changed)"))
 
 
 def test_the_ingest_task_finishes_the_job_its_snapshot_answers(admin_user):
