@@ -5,6 +5,7 @@ returns it; the real worker's behaviour is in tests/integration/test_pipeline.py
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 
 import pytest
@@ -45,10 +46,16 @@ def batcher(monkeypatch):
     acknowledged = []
     monkeypatch.setattr(tasks, "acknowledge", acknowledged.extend)
 
+    monkeypatch.setattr(task, "_count", itertools.count(1))
+
     def receive(n: int) -> None:
+        """What a message's arrival does: celery-batches' handler buffers it and flushes
+        every flush_every messages, then IngestBatches' flushes if the pool is idle."""
         for _ in range(n):
             task._buffer.put(SimpleNamespace(eta=None, reject=lambda requeue: None))
-            task._flush_when_idle()  # what the strategy's message handler does after buffering
+            if not next(task._count) % task.flush_every:
+                task._do_flush()
+            task._flush_when_idle()
 
     def with_pool(processes: int) -> HeldPool:
         pool = HeldPool(processes)
@@ -97,12 +104,27 @@ def test_a_batch_whose_process_died_frees_its_slot_without_acknowledging(batcher
     assert batcher._out == 1
 
 
-def test_each_idle_process_of_a_larger_pool_takes_a_batch(batcher):
+def test_with_more_processes_messages_still_gather_while_a_batch_is_out(batcher):
+    """A second process that took whatever came while the first stored its batch would
+    make small batches under load: the buffer waits for a full batch, or for the pool
+    to have nothing to do."""
     pool = batcher.with_pool(2)
     batcher.receive(1)
-    batcher.receive(1)
     batcher.receive(9)
-    assert pool.sizes() == [1, 1]
-    pool.finish(1)
-    assert pool.sizes() == [1, 1, 9]
+    assert pool.sizes() == [1]
+    pool.finish(0)
+    assert pool.sizes() == [1, 9]
+
+
+def test_a_full_buffer_goes_to_the_pool_even_while_a_batch_is_out(batcher, monkeypatch):
+    monkeypatch.setattr(batcher, "flush_every", 4)
+    pool = batcher.with_pool(2)
+    batcher.receive(1)
+    batcher.receive(4)
+    assert pool.sizes() == [1, 4]
     assert batcher._out == 2
+    batcher.receive(3)
+    pool.finish(0)
+    assert pool.sizes() == [1, 4]  # one batch still out: the three wait for a fourth
+    pool.finish(1)
+    assert pool.sizes() == [1, 4, 3]

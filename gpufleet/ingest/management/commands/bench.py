@@ -4,7 +4,9 @@ measured in the same run, in a throwaway test database (never the configured one
 - ingest through the real path (snapshots sent as Celery messages to Redis and
   stored by a real ingest worker, as processes.ingest_worker starts it, from the
   queue they wait in) with one pool process and with the pool processes of
-  gpufleet-ingest.service, in-process one at a time and in batches, beside the
+  gpufleet-ingest.service, and with one pool process again for a busy fleet
+  (every GPU's figures, and so its findings, new in each snapshot, where the
+  others repeat the last snapshot's), in-process one at a time and in batches, beside the
   floor: the same rows written by raw psycopg with COPY and set-based
   INSERT ... ON CONFLICT (PostgreSQL only); and from the service's rate, how many
   nodes one central host keeps up with at the collect interval;
@@ -65,15 +67,24 @@ PAGES = [
     ("api_nodes", "API node list", "/api/nodes/", {}),
     (ADMIN, "admin node changelist (peer)", "/admin/fleet/node/", {}),
 ]
-def _snapshot(node: str, gpus: int, at: datetime) -> dict:
+def _snapshot(node: str, gpus: int, at: datetime, tick: int = 0) -> dict:
     """A healthy node of `gpus` H200s as an agent reports it (see gpufleet.ingest.simulation),
-    so the bench measures gpufleet, not subprocesses."""
+    so the bench measures gpufleet, not subprocesses; `tick` varies its figures."""
     model = simulation.GpuModel("NVIDIA H200", 143771, gpus, 700)
-    return simulation.snapshot(simulation.SimulatedNode(node, model, "", seed=len(node)), at)
+    return simulation.snapshot(simulation.SimulatedNode(node, model, "", seed=len(node)), at, tick)
 
 
 def _at(snapshots: list[dict], at: datetime) -> list[dict]:
     return [dict(s, collected_at=at.isoformat()) for s in snapshots]
+
+
+def _busy_rounds(snapshots: list[dict]) -> list[list[dict]]:
+    """REAL_PATH_ROUNDS of `snapshots` as a busy fleet reports them: every GPU's figures
+    new in each round, and so its memory finding ("… GiB in use (…%)"), which ingest
+    then writes again; each round's snapshots are re-timed by `_at`."""
+    gpus = len(snapshots[0]["devices"])
+    return [[_snapshot(s["node"], gpus, datetime.fromisoformat(s["collected_at"]), tick=r + 1) for s in snapshots]
+            for r in range(REAL_PATH_ROUNDS)]
 
 
 def _ratio(a, b):
@@ -204,13 +215,15 @@ class Command(BaseCommand):
             except DatabaseError as exc:  # it takes a superuser or pg_checkpoint
                 self._say(f"no checkpoint before the figure ({exc}); it may pay for an earlier one's writes")
 
-    def _ingest_real_path(self, snapshots: list[dict], at: datetime, key: str, pool_processes: int) -> float | None:
-        """Known nodes' snapshots, REAL_PATH_ROUNDS of each (a second apart), sent as the
-        agents send them and stored by a real ingest worker with `pool_processes`: from
-        the worker's start until every one is stored. The messages wait in the queue
-        before the worker starts, as a backlog does: agents sign and send on their own
-        hosts, and here a sender beside the worker would take the cores it is measured on.
-        Returns the rate, or None with the reason (under `key`) where it was skipped."""
+    def _ingest_real_path(self, rounds: list[list[dict]], at: datetime, key: str,
+                          pool_processes: int) -> float | None:
+        """Known nodes' snapshots, REAL_PATH_ROUNDS `rounds` of them (re-timed a second
+        apart from `at`), sent as the agents send them and stored by a real ingest worker
+        with `pool_processes`: from the worker's start until every one is stored. The
+        messages wait in the queue before the worker starts, as a backlog does: agents
+        sign and send on their own hosts, and here a sender beside the worker would take
+        the cores it is measured on. Returns the rate, or None with the reason (under
+        `key`) where it was skipped."""
         broker = _bench_broker(settings.CELERY_BROKER_URL)
         if broker is None:
             return self._skip(key, f"the broker {_safe_url(settings.CELERY_BROKER_URL)} is not Redis")
@@ -226,8 +239,9 @@ class Command(BaseCommand):
                                    "messages that are not this run's; not consuming them")
         from gpufleet.celery import app
 
+        snapshots = rounds[0]
         last = at + timedelta(seconds=REAL_PATH_ROUNDS - 1)
-        messages = self._messages([_at(snapshots, at + timedelta(seconds=r)) for r in range(REAL_PATH_ROUNDS)])
+        messages = self._messages([_at(each, at + timedelta(seconds=r)) for r, each in enumerate(rounds)])
         names = [s["node"] for s in snapshots]
         metrics_dir = tempfile.mkdtemp(prefix="gpufleet-bench-metrics-")
         env = {"CELERY_BROKER_URL": url, "DATABASE_URL": database_url(connection.settings_dict), "GPUFLEET_ROLE": "central",
@@ -309,17 +323,22 @@ class Command(BaseCommand):
         return wanted / elapsed
 
     def _ingest_beside_the_floor(self, snapshots: list[dict], start: datetime, repeat: int) -> None:
-        """The real path with one pool process and with the service's, `repeat` times each,
-        with the COPY floor measured before, between and after them: each real-path run is
+        """The real path with one pool process (for a fleet whose snapshots repeat the last
+        one's figures, then for a busy one's) and with the service's, `repeat` times each,
+        with the COPY floor measured before, between and after them (it writes every row
+        whether or not it changed, so its cost is the same for both): each real-path run is
         compared with the floor runs just before and after it, and each figure is the
         median of its runs. This machine's speed drifts by a third over minutes, and a
         floor measured once, after both real paths, put the drift into the ratio (500-node runs
         of the same code printed one-process ratios of 0.36-0.40, and 0.56 where the floor ran
         at a slow moment)."""
         f = self.figures
-        paths = {"ingest_snapshots_per_s": ("ratio_ingest_to_copy_floor", 1),
+        same = [snapshots] * REAL_PATH_ROUNDS
+        # key: (ratio key, pool processes, the rounds it stores)
+        paths = {"ingest_snapshots_per_s": ("ratio_ingest_to_copy_floor", 1, same),
+                 "ingest_busy_snapshots_per_s": ("ratio_ingest_busy_to_copy_floor", 1, _busy_rounds(snapshots)),
                  "ingest_service_snapshots_per_s": ("ratio_ingest_service_to_copy_floor",
-                                                    processes.SERVICE_INGEST_CONCURRENCY)}
+                                                    processes.SERVICE_INGEST_CONCURRENCY, same)}
         steps = [None, *(step for _ in range(repeat) for key in paths for step in (key, None))]
         rates = []
         for i, key in enumerate(steps):
@@ -328,11 +347,12 @@ class Command(BaseCommand):
             if key is None:
                 rates.append(self._ingest_copy_floor(snapshots, at))
             else:
-                rates.append(self._ingest_real_path(snapshots, at, key, paths[key][1]))
+                _, pool_processes, rounds = paths[key]
+                rates.append(self._ingest_real_path(rounds, at, key, pool_processes))
         floors = rates[0::2]
         f["ingest_copy_floor_runs_per_s"] = [_rounded(rate) for rate in floors]
         f["ingest_copy_floor_per_s"] = _median(floors)
-        for key, (ratio_key, _) in paths.items():
+        for key, (ratio_key, *_) in paths.items():
             runs = [(rates[i], _mean(rates[i - 1], rates[i + 1])) for i, step in enumerate(steps) if step == key]
             f[key.replace("_per_s", "_runs_per_s")] = [_rounded(rate) for rate, _ in runs]
             f[key] = _median([rate for rate, _ in runs])
@@ -476,10 +496,13 @@ class Command(BaseCommand):
 
         service = processes.SERVICE_INGEST_CONCURRENCY
         ratios = {"ingest_snapshots_per_s": "ratio_ingest_to_copy_floor",
+                  "ingest_busy_snapshots_per_s": "ratio_ingest_busy_to_copy_floor",
                   "ingest_service_snapshots_per_s": "ratio_ingest_service_to_copy_floor",
                   "ingest_one_per_s": "ratio_ingest_one_to_copy_floor",
                   "ingest_batch_per_s": "ratio_ingest_batch_to_copy_floor"}
         for key, label in (("ingest_snapshots_per_s", "ingest, real path (Celery worker, 1 pool process)"),
+                           ("ingest_busy_snapshots_per_s",
+                            "ingest, real path, 1 pool process, busy fleet (every snapshot's findings new)"),
                            ("ingest_service_snapshots_per_s",
                             f"ingest, real path as gpufleet-ingest.service runs it ({service} pool processes)"),
                            ("ingest_one_per_s", "ingest in process, one at a time"),
@@ -501,7 +524,8 @@ class Command(BaseCommand):
         out("ingest runs in the order measured (real paths beside the floor runs before and after them; the figures "
             "above are medians, each real path's ratio the median of its runs' ratios):")
         out(f"  floor: {', '.join(rate(run) for run in f['ingest_copy_floor_runs_per_s'])}")
-        for key, label in (("ingest_snapshots", "1 pool process"), ("ingest_service_snapshots", f"{service} pool processes")):
+        for key, label in (("ingest_snapshots", "1 pool process"), ("ingest_busy_snapshots", "1 pool process, busy"),
+                           ("ingest_service_snapshots", f"{service} pool processes")):
             ratio_runs = f[f"{ratios[key + '_per_s']}_runs"]
             out(f"  {label}: {', '.join(rate(run) for run in f[key + '_runs_per_s'])} "
                 f"(ratios {', '.join(_show(r) for r in ratio_runs)})")
