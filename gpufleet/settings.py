@@ -345,13 +345,13 @@ CELERY_TASK_DEFAULT_QUEUE = "ingest"
 # Celery's prefork pool with pipes that hold a batch (the ingest worker's; the others
 # run solo).
 CELERY_WORKER_POOL = "gpufleet.ingest.pool:TaskPool"
-# The ingest worker stores agents' snapshots in batches of up to this many messages;
-# a pool process with nothing to do takes what is buffered at once, and what is
-# buffered never waits longer than GPUFLEET_INGEST_FLUSH_S (gpufleet/ingest/tasks.py).
+# The ingest worker stores agents' snapshots in batches of up to this many messages,
+# and while its pool has nothing to do, of what came within GPUFLEET_INGEST_FLUSH_S
+# (gpufleet/ingest/tasks.py).
 # It prefetches two batches' worth (processes.ingest_worker), so keep the batch well
 # below what it can store within the visibility timeout.
 GPUFLEET_INGEST_BATCH = env_int("GPUFLEET_INGEST_BATCH", 200, minimum=1)
-GPUFLEET_INGEST_FLUSH_S = env_float("GPUFLEET_INGEST_FLUSH_S", 0.5, minimum=0.01)
+GPUFLEET_INGEST_FLUSH_S = env_float("GPUFLEET_INGEST_FLUSH_S", 0.1, minimum=0.01)
 # What agents send goes to "ingest"; the central beat's own work goes to "housekeeping",
 # read by the beat's process alone (processes.central_beat), so an hour's prune never
 # holds an ingest slot. Agent tasks are always sent with an explicit queue="node.<name>".

@@ -117,15 +117,15 @@ def test_snapshots_travel_compressed_and_plain_ones_from_older_agents_still_stor
     queue.close()
 
 
-def test_the_worker_stores_what_it_holds_when_its_pool_process_is_idle_not_when_the_timer_fires(broker, node_name):
-    """With the flush timer a minute away, a backlog's last part short of a full batch,
-    and then a lone snapshot to a quiet worker, are each stored within seconds."""
+def test_a_backlog_short_of_full_batches_and_a_lone_snapshot_are_stored_without_waiting_for_more(broker, node_name):
+    """The last part of a backlog (half a batch) and then a lone snapshot to a quiet worker
+    are handed to the pool by its timer: stored within seconds, not held for a batch."""
     from tests.factories import snapshot
 
     backlog = [f"{node_name}-{i:03}" for i in range(250)]  # two full batches and half of one
     for name in backlog:
         send_snapshot(snapshot(name, gpus=1))
-    env = {**_env(broker, "central", "central"), "GPUFLEET_INGEST_BATCH": "100", "GPUFLEET_INGEST_FLUSH_S": "60"}
+    env = {**_env(broker, "central", "central"), "GPUFLEET_INGEST_BATCH": "100"}
     stored = Node.objects.filter(name__in=backlog)
     with celery_worker("ingest", "ingest", env) as ingest:
         wait_for(lambda: stored.count() == len(backlog), 20, "the whole backlog", (ingest,))
