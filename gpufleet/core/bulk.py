@@ -9,15 +9,16 @@ its field and cannot upsert, and no other maintained library copies into the cal
 transaction, hence this module. Elsewhere (SQLite) they are Django's bulk_create and
 bulk_update.
 
-`insert`, `upsert` and `replace` take rows as tuples, `update` model instances. Only plain column
-values are written: JSON fields are encoded here, every other value must already be
-what the column takes (int, float, str, bool, datetime, None)."""
+`insert`, `upsert` and `replace` take rows as tuples, `update` model instances. Only
+plain column values are written: JSON fields are encoded here, every other value must
+already be what the column takes (int, float, str, bool, datetime, None)."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import json
+import operator
 import time
 from collections.abc import Sequence
 
@@ -128,15 +129,11 @@ def replace(model: type[models.Model], parent: str, fields: Sequence[str], rows:
     key = meta.get_field(parent)
     stored = _stored_digests(model, key, fields, list(rows)) if connection.vendor == "postgresql" else (
         _stored_digests_elsewhere(model, key, fields, list(rows)))
-    changed = [pk for pk, each in rows.items() if stored.get(pk) != _digest(sorted(each, key=_first))]
+    changed = [pk for pk, each in rows.items() if stored.get(pk) != _digest(sorted(each, key=operator.itemgetter(0)))]
     if changed:
         model.objects.filter(**{f"{key.attname}__any": changed}).delete()
         insert(model, [key.attname, *fields], [(pk, *row) for pk in changed for row in rows[pk]])
     return changed
-
-
-def _first(row: tuple):
-    return row[0]
 
 
 def _digest(rows: Sequence[tuple]) -> str | None:

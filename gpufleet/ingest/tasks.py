@@ -4,10 +4,11 @@ Agents send one message per snapshot to wire.INGEST_TASK (args: snapshot, job_id
 kwargs: auth, the node's signature). The snapshot is its JSON text (wire.encode_snapshot),
 validated once, for the node it names, while the signature is checked over the text as
 sent; agents of before that send the object. The worker takes them in batches
-(celery-batches: up to GPUFLEET_INGEST_BATCH messages, or, while the pool has nothing to
-do, what came within GPUFLEET_INGEST_FLUSH_S) and stores each batch in one transaction (`ingest_snapshots`),
-each snapshot with the guarantees it has alone. Nothing is written before a message's
-signature is checked and found to be that of the node the snapshot reports on."""
+(celery-batches: up to GPUFLEET_INGEST_BATCH messages, or, while the pool has nothing
+to do, what came within GPUFLEET_INGEST_FLUSH_S) and stores each batch in one
+transaction (`ingest_snapshots`), each snapshot with the guarantees it has alone.
+Nothing is written before a message's signature is checked and found to be that of the
+node the snapshot reports on."""
 
 from __future__ import annotations
 
@@ -41,18 +42,17 @@ KEY_FIX = ("Give the node's agent its current key: on the central site run `mana
 
 class IngestBatches(Batches):
     """celery-batches' Batches, which hands the pool a batch when it holds flush_every
-    requests and, on a timer, whatever it holds, made to do the latter only while the
-    pool has no batch to store, and to survive losing the broker.
+    requests and, on each tick of a timer, whatever it holds; made to do the latter
+    only while the pool has no batch out, and to survive losing the broker.
 
-    Under load a batch is out, and what comes meanwhile gathers into full batches: a
-    timer that handed over whatever was buffered gave a second pool process small
-    batches that cost the service's worker a fifth of its rate. With the pool idle,
-    the next tick hands over what came: at the end of a backlog the pool waited up to
-    the interval while the last part sat in the buffer (flush_interval, now a fifth of
-    what it was). Not at once, as each message comes: a pool that takes every message
-    the moment it is idle stores a moderate stream (500 snapshots/s, 15,000 nodes) in
-    batches of two or three, each paying a batch's fixed cost (a snapshot stored alone
-    costs ten times one stored in a batch of 200), and so stays busy all the time.
+    Under load a batch is out, and what comes meanwhile gathers into a full one:
+    handing over whatever was buffered on every tick gave a second pool process small
+    batches, which cost the service's worker a fifth of its rate. While the pool idles,
+    a tick hands over what came within flush_interval (0.1 s by default): the end of a
+    backlog, a quiet fleet's lone snapshot. Not each message the moment the pool
+    idles: that stores a moderate stream (500 snapshots/s, 15,000 nodes) in batches of
+    two or three, each paying a batch's fixed cost (a snapshot alone costs ten times
+    one in a batch of 200), and keeps the pool busy all the time.
 
     Batches starts its flush timer with the first buffered request and cancels it when
     the buffer is empty; when the worker loses the broker, Celery clears the event
@@ -124,8 +124,8 @@ def acknowledge(requests) -> None:
     """Acknowledge a batch's messages, those received from Redis in one round trip.
     kombu's Redis transport acknowledges each message with a round trip of its own (its
     two entries in the index of unacknowledged messages removed in a pipeline), and the
-    worker's consumer waits for each; kombu offers no batch acknowledgement, hence this. A message of any other
-    transport is acknowledged as Celery does it. If Redis is unreachable the messages
+    worker's consumer waits for each; kombu offers no batch acknowledgement, hence
+    this. A message of any other transport is acknowledged as Celery does it. If Redis is unreachable the messages
     stay in the index and Redis delivers them again after the visibility timeout (their
     snapshots are then stale): logged, as kombu logs a failed acknowledgement."""
     by_qos: dict[RedisQoS, list] = {}
