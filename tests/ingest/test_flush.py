@@ -101,24 +101,19 @@ def test_a_returned_batch_is_acknowledged_and_the_pool_takes_the_rest_at_the_nex
     assert pool.sizes() == [1, 3]
 
 
-def test_a_batch_given_back_for_later_is_not_acknowledged_and_frees_the_pool(batcher):
-    pool = batcher.with_pool(1)
-    batcher.receive(1)
-    batcher.tick()
-    batcher.receive(1)
-    pool.finish(0, tasks.RETRY_LATER)
-    batcher.tick()
-    assert batcher.acknowledged == []
-    assert pool.sizes() == [1, 1]
-
-
-def test_a_batch_whose_process_died_frees_the_pool_without_acknowledging(batcher):
+@pytest.mark.parametrize("ending", ["given back for later", "its process died"])
+def test_a_batch_that_ends_unstored_is_not_acknowledged_and_frees_the_pool(batcher, ending):
+    """Given back (the database unreachable: RETRY_LATER), or lost with its pool process:
+    either way the broker delivers its messages again, and the pool takes the next."""
     pool = batcher.with_pool(1)
     batcher.receive(1)
     batcher.tick()
     batcher.receive(2)
-    pool.lose(0)
+    if ending == "given back for later":
+        pool.finish(0, tasks.RETRY_LATER)
+    else:
+        pool.lose(0)
     batcher.tick()
+    assert batcher.acknowledged == []
     assert pool.sizes() == [1, 2]
-    assert batcher.acknowledged == []  # the broker delivers the lost batch's message again
     assert batcher._out == 1
