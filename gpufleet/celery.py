@@ -54,4 +54,4 @@ bound_decompression()
 
 app = Celery("gpufleet")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["gpufleet.agent", "gpufleet.fleet", "gpufleet.jobs", "gpufleet.ingest"])
+app.autodiscover_tasks(["gpufleet.agent", "gpufleet.claims", "gpufleet.fleet", "gpufleet.jobs", "gpufleet.ingest"])
