@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 
 import pydantic_core
-from django.db import connection, models
+from django.db import DataError, connection, models
 
 
 def insert(model: type[models.Model], fields: Sequence[str], rows: Sequence[tuple]) -> None:
@@ -142,7 +142,9 @@ def _digest(rows: Sequence[tuple]) -> str | None:
     if not rows:
         return None
     text = "\x1e".join("\x1f".join(f"{len(value)}\x1f{value}" for value in map(str, row)) for row in rows)
-    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
+    # surrogatepass: text no UTF-8 holds (validation keeps it out) still gets a digest,
+    # and then the COPY's refusal, which callers handle as the database's.
+    return hashlib.md5(text.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()
 
 
 def _stored_digests(model, key, fields: Sequence[str], keys: list) -> dict:
@@ -224,13 +226,17 @@ def _copy(cursor, table: str, columns: list, objs: Sequence, from_tuples: bool =
     started = time.monotonic()
     # COPY goes to psycopg's own cursor, past Django's wrapper: its errors are wrapped
     # here, so that callers catch Django's DatabaseError for them as for any statement's
-    # (ingest stores a refused batch's snapshots one by one).
-    with connection.wrap_database_errors, cursor.cursor.copy(sql) as copy:
-        for obj in objs:
-            values = list(obj) if from_tuples else [getattr(obj, name) for name in attnames]
-            for i, encode in encoded:
-                values[i] = encode(values[i])
-            copy.write_row(values)
+    # (ingest stores a refused batch's snapshots one by one). Text that no UTF-8 holds
+    # (a lone surrogate) psycopg refuses before PostgreSQL could: refused the same way.
+    try:
+        with connection.wrap_database_errors, cursor.cursor.copy(sql) as copy:
+            for obj in objs:
+                values = list(obj) if from_tuples else [getattr(obj, name) for name in attnames]
+                for i, encode in encoded:
+                    values[i] = encode(values[i])
+                copy.write_row(values)
+    except UnicodeEncodeError as exc:
+        raise DataError(f"text the database cannot hold: {exc}") from exc
     _logged(sql, started)
 
 

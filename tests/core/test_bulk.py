@@ -156,3 +156,13 @@ def test_a_replace_compares_with_what_is_stored_whoever_wrote_it():
     Finding.objects.filter(node=node).update(status="fail")
     assert bulk.replace(Finding, "node_id", FINDING, {node.pk: [_finding(0)]}) == [node.pk]
     assert Finding.objects.get(node=node).status == "ok"
+
+
+def test_rows_no_utf8_can_hold_are_refused_by_the_database_not_by_the_comparison():
+    """Validation keeps lone surrogates out of findings; were one to get past it, the
+    comparison still digests it and the COPY's refusal is a DatabaseError, which ingest
+    handles by storing the batch's snapshots one by one."""
+    needs_postgresql()
+    node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
+    with pytest.raises(DatabaseError), transaction.atomic():
+        bulk.replace(Finding, "node_id", FINDING, {node.pk: [(0, "check", "A check", "ok", "bad \ud800", "")]})
