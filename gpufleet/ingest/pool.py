@@ -4,9 +4,10 @@ each pool process holds most of a batch.
 The worker's consumer pickles a batch of messages (about 1.6 MB: 200 snapshots of 8
 GPUs) and writes it to the pool process's pipe, which holds 64 KiB: about 25 writes,
 each in an event-loop turn of its own, between turns that receive the next messages
-from Redis. The pool process, done with a batch, waited 4-11 ms for the next (it
-stores one in about 100 ms); with a pipe of 1 MiB, 1-5 ms (2 cores, 500 nodes'
-backlog). Celery offers no setting for the size of these pipes, hence this subclass."""
+from Redis. Between batches the pool process waited 3-12 ms for the next (it stores
+one in about 100 ms); with a pipe of 1 MiB, 3-5 ms (two runs each, 2 cores, a backlog
+of 500 nodes' snapshots). Celery offers no setting for the size of these pipes, hence
+this subclass."""
 
 from __future__ import annotations
 
