@@ -265,10 +265,11 @@ class Device(models.Model):
     def vanished(self) -> bool:
         return self.vanished_at is not None
 
-    @property
-    def idle_since(self):
-        """Since when no snapshot has shown this GPU at work."""
-        return self.busy_at or self.first_seen
+    @staticmethod
+    def idle_since(busy_at, first_seen):
+        """Since when no snapshot has shown a GPU at work, from its row's busy_at and
+        first_seen (ingest has them back from its upsert, not as a Device)."""
+        return busy_at or first_seen
 
     @property
     def vram_percent(self) -> float | None:

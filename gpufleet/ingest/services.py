@@ -249,7 +249,7 @@ def _store_devices(
             # A GPU new to the centre is first seen at this snapshot; one it knows keeps its
             # first_seen, and its busy_at where this snapshot shows no work (the upsert keeps both).
             rows.append(_device_row(node.pk, reported, now, at, at if rule.busy(device) else None))
-        gpus[node.pk] = tuple(sorted(devices, key=_index))
+        gpus[node.pk] = tuple(sorted(devices, key=operator.attrgetter("index")))
     stored = bulk.upsert(Device, _DEVICE_FIELDS, rows, ["node", "uuid"], Device.UPDATED_ON_INGEST,
                          keep_when_null=["busy_at"], returning=["first_seen", "busy_at"])
     # A GPU missing from its snapshot keeps its row, marked vanished: every reported
@@ -260,7 +260,7 @@ def _store_devices(
         pk, first_seen, busy_at = stored[node_pk, device.uuid]
         samples.append((pk, at, device.vram_used_mib, device.utilization_percent, device.temperature_c,
                         device.power_draw_w))
-        idle_since[node_pk][device.index] = busy_at or first_seen
+        idle_since[node_pk][device.index] = Device.idle_since(busy_at, first_seen)
     bulk.insert(DeviceSample, ["device_id", "collected_at", *DeviceSample.MEASURES], samples)
     return gpus, idle_since
 
@@ -278,10 +278,6 @@ def _device_row(node_pk: int, reported: dict, now, first_seen, busy_at) -> tuple
     for key in Device.NOT_HEALTH:
         del health[key]
     return (node_pk, *_device_columns(reported), reported["pci_bus_id"] or "", health, now, None, first_seen, busy_at)
-
-
-def _index(device: gpu.Device) -> int:
-    return device.index
 
 
 def idle_rule() -> gpu.IdleRule:

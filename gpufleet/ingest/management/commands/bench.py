@@ -78,6 +78,11 @@ def _at(snapshots: list[dict], at: datetime) -> list[dict]:
     return [dict(s, collected_at=at.isoformat()) for s in snapshots]
 
 
+def _timed(rounds: list[list[dict]], at: datetime) -> list[list[dict]]:
+    """Each round's snapshots taken a second after the last round's, the first at `at`."""
+    return [_at(each, at + timedelta(seconds=r)) for r, each in enumerate(rounds)]
+
+
 def _busy_rounds(snapshots: list[dict]) -> list[list[dict]]:
     """REAL_PATH_ROUNDS of `snapshots` as a busy fleet reports them: every GPU's figures
     new in each round, and so its memory finding ("… GiB in use (…%)"), which ingest
@@ -241,7 +246,7 @@ class Command(BaseCommand):
 
         snapshots = rounds[0]
         last = at + timedelta(seconds=REAL_PATH_ROUNDS - 1)
-        messages = self._messages([_at(each, at + timedelta(seconds=r)) for r, each in enumerate(rounds)])
+        messages = self._messages(_timed(rounds, at))
         names = [s["node"] for s in snapshots]
         metrics_dir = tempfile.mkdtemp(prefix="gpufleet-bench-metrics-")
         env = {"CELERY_BROKER_URL": url, "DATABASE_URL": database_url(connection.settings_dict), "GPUFLEET_ROLE": "central",
@@ -307,7 +312,7 @@ class Command(BaseCommand):
         key = "ingest_copy_floor_per_s"
         if connection.vendor != "postgresql":
             return self._skip(key, "the COPY floor needs PostgreSQL")
-        rounds = [_at(snapshots, at + timedelta(seconds=r)) for r in range(REAL_PATH_ROUNDS)]
+        rounds = _timed([snapshots] * REAL_PATH_ROUNDS, at)
         wanted = len(snapshots) * len(rounds)
         self._say(f"writing {wanted} snapshots' rows with COPY (the floor) ...")
         with _raw_connection() as raw:
