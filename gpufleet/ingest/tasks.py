@@ -67,16 +67,26 @@ class IngestBatches(Batches):
 
     def __init__(self) -> None:
         super().__init__()
-        self._out = 0  # batches handed to the pool that have not returned
+        self._out: set[object] = set()  # a token for each batch handed to the pool, until it returns
 
     def Strategy(self, task, app, consumer):
+        self._reconnected()
+        handler = super().Strategy(task, app, consumer)
+        self._tref = consumer.timer.call_repeatedly(self.flush_interval, self._flush_when_idle)
+        return handler
+
+    def _reconnected(self) -> None:
+        """Forget what came on a lost broker connection (Celery builds the strategies
+        again on every reconnect): the buffered requests, and the batches out. On losing
+        the broker the pool drops the batches it had not begun to store, and their
+        callbacks never come: counted as out, they kept the timer from handing over
+        anything short of a full batch for good, so a lone snapshot was never stored.
+        A batch the pool is still storing returns all the same; its token is gone."""
         dropped = len(list(consume_queue(self._buffer))) + len(list(consume_queue(self._pending)))
         if dropped:
             log.warning("dropped %d buffered ingest messages of a lost broker connection; "
                         "the broker delivers them again", dropped)
-        handler = super().Strategy(task, app, consumer)
-        self._tref = consumer.timer.call_repeatedly(self.flush_interval, self._flush_when_idle)
-        return handler
+        self._out.clear()
 
     def _flush_when_idle(self) -> None:
         # Batches' flush cancels the timer when it finds nothing ready: call it only
@@ -90,9 +100,10 @@ class IngestBatches(Batches):
         being acknowledged. Any other failure is logged and acknowledged, as Batches
         does, so that a batch which always fails cannot hold up the queue."""
         batch = ([_for_the_pool(r) for r in requests],)
+        token = object()
 
         def on_return(result) -> None:
-            self._out -= 1
+            self._out.discard(token)
             if result == RETRY_LATER:
                 log.warning("gave %d ingest messages back to the broker: their batch could not be stored for now", len(requests))
                 for request in requests:
@@ -103,9 +114,9 @@ class IngestBatches(Batches):
         def on_error(_) -> None:
             # The pool process died or ran past its hard time limit: the messages stay
             # unacknowledged, and the broker delivers them again.
-            self._out -= 1
+            self._out.discard(token)
 
-        self._out += 1  # before: a pool that runs the batch at once (solo) returns inside apply_async
+        self._out.add(token)  # before: a pool that runs the batch at once (solo) returns inside apply_async
         return self._pool.apply_async(apply_batches_task, (self, batch, 0, None), callback=on_return,
                                       error_callback=on_error)
 

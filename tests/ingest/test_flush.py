@@ -42,7 +42,7 @@ def batcher(monkeypatch):
     what a message's arrival does, `batcher.tick()` what its timer does, and
     `batcher.with_pool(n)` giving it a HeldPool of n processes."""
     task = tasks.ingest._get_current_object()
-    monkeypatch.setattr(task, "_out", 0)
+    monkeypatch.setattr(task, "_out", set())
     monkeypatch.setattr(task, "flush_every", 4)
     monkeypatch.setattr(task, "_count", itertools.count(1))
     monkeypatch.setattr(tasks, "_for_the_pool", lambda request: request)
@@ -86,7 +86,7 @@ def test_while_a_batch_is_out_the_ticks_let_messages_gather_into_a_full_batch(ba
     assert pool.sizes() == [1]  # the second process waits for a full batch
     batcher.receive(1)
     assert pool.sizes() == [1, 4]
-    assert batcher._out == 2
+    assert len(batcher._out) == 2
 
 
 def test_a_returned_batch_is_acknowledged_and_the_pool_takes_the_rest_at_the_next_tick(batcher):
@@ -116,4 +116,26 @@ def test_a_batch_that_ends_unstored_is_not_acknowledged_and_frees_the_pool(batch
     batcher.tick()
     assert batcher.acknowledged == []
     assert pool.sizes() == [1, 2]
-    assert batcher._out == 1
+    assert len(batcher._out) == 1
+
+
+def test_after_a_reconnect_batches_the_pool_dropped_no_longer_hold_up_the_rest(batcher):
+    """On losing the broker the pool drops the batches it had not begun (their callbacks
+    never come), and Celery builds the strategy again: after that, the next tick hands
+    over what came, and a batch still being stored that returns changes nothing."""
+    pool = batcher.with_pool(1)
+    batcher.receive(1)
+    batcher.tick()
+    batcher.receive(4)  # a full batch, queued behind the first, that the pool drops
+    assert pool.sizes() == [1, 4]
+    batcher._reconnected()
+    batcher.receive(1)
+    batcher.tick()
+    assert pool.sizes() == [1, 4, 1]
+    pool.finish(0)  # the batch the pool was storing when the broker went
+    batcher.receive(1)
+    batcher.tick()
+    assert pool.sizes() == [1, 4, 1]  # the third is out
+    pool.finish(2)
+    batcher.tick()
+    assert pool.sizes() == [1, 4, 1, 1]
