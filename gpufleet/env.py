@@ -3,6 +3,7 @@ naming the variable, instead of surfacing later as odd behaviour."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -58,6 +59,17 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return list(default)
     return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def env_networks(name: str) -> list[str]:
+    """A comma-separated list of IP addresses or CIDR networks; none by default."""
+    values = env_list(name, [])
+    for value in values:
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise SettingError(f"{name}: {value!r} is not an IP address or CIDR") from None
+    return values
 
 
 def local_secret_key(path: Path) -> str:

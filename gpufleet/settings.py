@@ -5,7 +5,6 @@ in production (no default SECRET_KEY unless DEBUG)."""
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import os
 import socket
 from datetime import timedelta
@@ -14,7 +13,7 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONE, SELF
 
-from gpufleet.env import SettingError, env_bool, env_float, env_int, env_list, read_private_text
+from gpufleet.env import SettingError, env_bool, env_float, env_int, env_list, env_networks, read_private_text
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -148,9 +147,11 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_float("GPUFLEET_LOGIN_LOCKOUT_MINUTES"
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
-# Behind the local TLS proxy every request comes from 127.0.0.1: the client is the
-# address that proxy appended to X-Forwarded-For.
+# Who the client is, for the throttle and /metrics (gpufleet/core/security.py): the peer's
+# address, unless the peer is one of GPUFLEET_TRUSTED_PROXIES (addresses or CIDRs; none by
+# default); then the right-most X-Forwarded-For address that is not one of them.
 AXES_CLIENT_IP_CALLABLE = "gpufleet.core.security.client_ip"
+GPUFLEET_TRUSTED_PROXIES = env_networks("GPUFLEET_TRUSTED_PROXIES")
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "fleet:overview"
@@ -278,12 +279,7 @@ GPUFLEET_ACCEPT_UNSIGNED = env_bool("GPUFLEET_ACCEPT_UNSIGNED", False)
 
 # Addresses (IPs or CIDRs, comma-separated) that may scrape /metrics without a token;
 # none by default: a scraper then needs an API token.
-GPUFLEET_METRICS_ALLOWED_ADDRESSES = env_list("GPUFLEET_METRICS_ALLOWED_ADDRESSES", [])
-for _address in GPUFLEET_METRICS_ALLOWED_ADDRESSES:
-    try:
-        ipaddress.ip_network(_address, strict=False)
-    except ValueError:
-        raise SettingError(f"GPUFLEET_METRICS_ALLOWED_ADDRESSES: {_address!r} is not an IP address or CIDR") from None
+GPUFLEET_METRICS_ALLOWED_ADDRESSES = env_networks("GPUFLEET_METRICS_ALLOWED_ADDRESSES")
 # The ingest counters are counted in the worker and read by the web's scrape: both meet
 # in prometheus-client's multiprocess files here (gpufleet/ingest/metrics.py says why).
 # Set before anything imports prometheus-client, which reads it once on import.

@@ -11,7 +11,6 @@ GPUFLEET_METRICS_ALLOWED_ADDRESSES."""
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 import time
@@ -29,7 +28,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from gpufleet.api.models import ApiToken
 from gpufleet.core.access import VIEW, can
-from gpufleet.core.security import client_ip
+from gpufleet.core.security import address_in, client_ip
 from gpufleet.fleet.models import Device, FindingStatus, Node
 
 # How long a scrape waits for the broker before saying it is unreachable.
@@ -219,19 +218,10 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
         if can(request.user, VIEW):
             return None
         return _text(403, "Your role may not view the fleet.")
-    if _address_allowed(client_ip(request)):
+    if address_in(client_ip(request), settings.GPUFLEET_METRICS_ALLOWED_ADDRESSES):
         return None
     return _text(401, "Send an API token (Authorization: Bearer <token>), or scrape from an address "
                       "in GPUFLEET_METRICS_ALLOWED_ADDRESSES.")
-
-
-def _address_allowed(address: str) -> bool:
-    try:
-        client = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    return any(client in ipaddress.ip_network(allowed, strict=False)
-               for allowed in settings.GPUFLEET_METRICS_ALLOWED_ADDRESSES)
 
 
 def _text(status: int, message: str) -> HttpResponse:
