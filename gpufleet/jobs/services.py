@@ -2,32 +2,62 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from gpufleet.audit.models import record
 from gpufleet.fleet import credentials
 from gpufleet.jobs.models import OPEN_STATUSES, Job, JobKind, JobStatus
 from gpufleet.wire import APPLY_FIX_TASK, COLLECT_TASK
 
+log = logging.getLogger(__name__)
+
 
 class FixNotAllowed(Exception):
     pass
 
 
-def _send_on_commit(task: str, args: list, node) -> None:
-    """Send `task` to the node's agent, signed for it: agents run only what the centre signed."""
+BROKER_UNREACHABLE = "the broker is unreachable: nothing was sent"
+# One reconnect (a pooled connection the broker dropped), not kombu's three: the person
+# who clicked waits for the answer, up to the connection timeout per try.
+_PUBLISH_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+
+
+def _send_on_commit(task: str, args: list, job: Job, user, action: str, target: str) -> None:
+    """Send `task` to the node's agent, signed for it: agents run only what the centre signed.
+    Should the broker refuse it, the job is closed as failed at once (and `job` says so)."""
     from gpufleet.celery import app
 
+    node = job.node
     auth = credentials.sign_for_agent(node.name, task, args)
+
+    def send() -> None:
+        try:
+            app.send_task(task, args=args, kwargs={"auth": auth}, queue=node.agent_queue,
+                          expires=settings.GPUFLEET_JOB_TIMEOUT, retry_policy=_PUBLISH_RETRY)
+        except OperationalError as exc:
+            log.error("%s for job %s was not sent: %s", task, job.pk, exc)
+            _fail_unsent(job, user, action, target)
+
     # After commit, so the agent's reply can never arrive before the job row exists.
-    transaction.on_commit(
-        lambda: app.send_task(task, args=args, kwargs={"auth": auth}, queue=node.agent_queue,
-                              expires=settings.GPUFLEET_JOB_TIMEOUT)
-    )
+    transaction.on_commit(send)
+
+
+def _fail_unsent(job: Job, user, action: str, target: str) -> None:
+    """Close a job nothing was sent for: no agent will ever answer it."""
+    now = timezone.now()
+    with transaction.atomic():
+        if Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
+            status=JobStatus.FAILED, error=BROKER_UNREACHABLE, finished_at=now
+        ):
+            record(user, action, node=job.node, target=target, before={"job": job.pk, "status": "queued"},
+                   after={"job": job.pk, "status": "failed", "error": BROKER_UNREACHABLE})
+    job.refresh_from_db(fields=["status", "error", "finished_at"])
 
 
 def request_diagnosis(node, user) -> Job:
@@ -39,7 +69,7 @@ def request_diagnosis(node, user) -> Job:
             return job
         job = Job.objects.create(node=node, kind=JobKind.DIAGNOSE, requested_by=user)
         record(user, "node.diagnose", node=node, target=node.name, after={"job": job.pk})
-        _send_on_commit(COLLECT_TASK, [job.pk], node)
+        _send_on_commit(COLLECT_TASK, [job.pk], job, user, "node.diagnose", node.name)
     return job
 
 
@@ -50,7 +80,7 @@ def request_fix(node, code: str, user) -> Job:
     with transaction.atomic():
         job = Job.objects.create(node=node, kind=JobKind.FIX, fix_code=code, requested_by=user)
         record(user, "node.fix", node=node, target=code, after={"job": job.pk, "fix": code})
-        _send_on_commit(APPLY_FIX_TASK, [job.pk, code], node)
+        _send_on_commit(APPLY_FIX_TASK, [job.pk, code], job, user, "node.fix", code)
     return job
 
 

@@ -15,7 +15,7 @@ from gpufleet.core.access import APPLY_FIX, DIAGNOSE, VIEW, requires
 from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.fleet.models import Node
 from gpufleet.jobs import services as jobs
-from gpufleet.jobs.models import Job
+from gpufleet.jobs.models import Job, JobStatus
 
 FINDINGS_CHANGED = "findings-changed"
 
@@ -50,9 +50,13 @@ def node_fix(request, name: str, code: str):
 
 
 def _job_response(request, job: Job, message: str):
+    """The job as it stands: queued, or failed already when nothing could be sent."""
     if wants_fragment(request):
         return render_page(request, "jobs/job.html", {"job": job, "now": timezone.now()}, partial="job-status")
-    messages.info(request, message)
+    if job.state == JobStatus.FAILED:
+        messages.error(request, f"{job.get_kind_display()} on {job.node.name} failed: {job.error}.")
+    else:
+        messages.info(request, message)
     return redirect("fleet:node_detail", name=job.node.name)
 
 

@@ -1,6 +1,8 @@
 """/nodes/<name>/fix/<code>/: GET confirms (works without JavaScript), POST queues
 the fix on the node's agent; only admins, only for codes the node allows."""
 
+from unittest.mock import ANY
+
 import pytest
 from django.urls import reverse
 
@@ -32,7 +34,8 @@ def test_it_queues_the_fix_and_audits(admin_role_client, admin_user, alpha, sent
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.target, entry.username) == ("node.fix", "cdi", "ada")
     assert sent_tasks == [
-        {"name": "gpufleet.agent.tasks.apply_fix", "args": [job.pk, "cdi"], "queue": "node.alpha", "expires": 60.0}
+        {"name": "gpufleet.agent.tasks.apply_fix", "args": [job.pk, "cdi"], "queue": "node.alpha", "expires": 60.0,
+         "retry_policy": ANY}
     ]
 
 
