@@ -174,7 +174,7 @@ def nodes(request: HttpRequest) -> HttpResponse:
     return _paginated(request, _node_rows(request.GET), serializers.node_summary)
 
 
-@read("/nodes/{name}/", "node")
+@read("/nodes/{node:name}/", "node")
 def node(request: HttpRequest, name: str) -> HttpResponse:
     """One node with its devices, findings, claims and ledger."""
     node = _node(name)
@@ -185,7 +185,7 @@ def node(request: HttpRequest, name: str) -> HttpResponse:
     return JsonResponse(serializers.node_detail(node, devices, findings, claims, ledger))
 
 
-@read("/nodes/{name}/devices/", "node_devices")
+@read("/nodes/{node:name}/devices/", "node_devices")
 def node_devices(request: HttpRequest, name: str) -> HttpResponse:
     """The node's GPUs, vanished ones included (with vanished_at), and who holds each."""
     node = _node(name)
@@ -194,7 +194,7 @@ def node_devices(request: HttpRequest, name: str) -> HttpResponse:
     return JsonResponse({"node": node.name, "results": [serializers.device(d, ledger) for d in devices]})
 
 
-@read("/nodes/{name}/findings/", "node_findings")
+@read("/nodes/{node:name}/findings/", "node_findings")
 def node_findings(request: HttpRequest, name: str) -> HttpResponse:
     """The node's doctor findings."""
     node = _node(name)
@@ -238,7 +238,7 @@ def placement(request: HttpRequest) -> HttpResponse:
 # --- claims, writable ----------------------------------------------------------
 
 
-@read("/nodes/{name}/claims/", "node_claims")
+@read("/nodes/{node:name}/claims/", "node_claims")
 def node_claims(request: HttpRequest, name: str) -> HttpResponse:
     """The node's claims and its ledger."""
     node = _node(name)
@@ -249,7 +249,7 @@ def node_claims(request: HttpRequest, name: str) -> HttpResponse:
     )
 
 
-@api.post("/nodes/{name}/claims/", url_name="node_claims", response={201: dict})
+@api.post("/nodes/{node:name}/claims/", url_name="node_claims", response={201: dict})
 def add_claim(request: HttpRequest, name: str, body: ClaimIn) -> HttpResponse:
     """Add a claim to the node: 201 with the claim, or the ledger's refusal."""
     node = _node(name)

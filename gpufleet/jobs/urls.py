@@ -5,7 +5,7 @@ from gpufleet.jobs import views
 app_name = "jobs"
 
 urlpatterns = [
-    path("nodes/<str:name>/diagnose/", views.node_diagnose, name="diagnose"),
-    path("nodes/<str:name>/fix/<str:code>/", views.node_fix, name="fix"),
+    path("nodes/<node:name>/diagnose/", views.node_diagnose, name="diagnose"),
+    path("nodes/<node:name>/fix/<str:code>/", views.node_fix, name="fix"),
     path("jobs/<int:pk>/", views.job_status, name="status"),
 ]
