@@ -51,6 +51,42 @@ def test_wrong_passwords_lock_the_user_out_with_a_message_and_an_audit_row(viewe
     assert AuditEntry.objects.filter(action="login.lockout", target="vera").exists()
 
 
+def test_a_lockout_is_one_audit_row_that_counts_its_attempts(viewer, settings):
+    client = Client()
+    for _ in range(100):
+        client.post("/accounts/login/", {"username": "vera", "password": "wrong"})
+    # The locking attempt and every one refused while locked, in one row.
+    [entry] = AuditEntry.objects.filter(action="login.lockout")
+    assert entry.target == "vera" and entry.username == ""
+    assert entry.after["ip_address"] == "127.0.0.1"
+    assert entry.after["attempts"] == 100 - (settings.AXES_FAILURE_LIMIT - 1)
+    # The same user name locked out from another address is another lockout.
+    elsewhere = Client(REMOTE_ADDR="192.0.2.9")
+    for _ in range(settings.AXES_FAILURE_LIMIT + 1):
+        elsewhere.post("/accounts/login/", {"username": "vera", "password": "wrong"})
+    assert AuditEntry.objects.filter(action="login.lockout").count() == 2
+    assert AuditEntry.objects.get(action="login.lockout", after__ip_address="192.0.2.9").after["attempts"] == 2
+
+
+def test_a_lockout_after_the_last_one_ended_gets_a_row_of_its_own(viewer, settings):
+    from datetime import timedelta
+
+    from axes.models import AccessAttempt
+
+    client = Client()
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        client.post("/accounts/login/", {"username": "vera", "password": "wrong"})
+    [first] = AuditEntry.objects.filter(action="login.lockout")
+    # The cool-off passes: django-axes forgets the attempts, and the row's last one is that old.
+    AccessAttempt.objects.all().delete()
+    ended = first.at - settings.AXES_COOLOFF_TIME - timedelta(seconds=1)
+    AuditEntry.objects.filter(pk=first.pk).update(at=ended, after={**first.after, "last_attempt_at": ended.isoformat()})
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        client.post("/accounts/login/", {"username": "vera", "password": "wrong"})
+    rows = list(AuditEntry.objects.filter(action="login.lockout").order_by("at").values_list("after", flat=True))
+    assert [row["attempts"] for row in rows] == [1, 1]
+
+
 def test_the_admin_role_cannot_make_itself_superuser(admin_role_client, admin_user):
     page = admin_role_client.get(f"/admin/auth/user/{admin_user.pk}/change/")
     assert page.status_code == 200
