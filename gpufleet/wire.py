@@ -282,8 +282,15 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _LINE_BREAKS = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def clean_text(value: str) -> str:
+    """`value` with NUL and the other control characters but tab and newline as spaces:
+    PostgreSQL stores no NUL, and the pages show no control characters. For every text
+    an agent sends (snapshots, job output)."""
+    return _CONTROL.sub(" ", value)
+
+
 def _text(value: str, limit: int, one_line: bool = False) -> str:
-    value = (_LINE_BREAKS if one_line else _CONTROL).sub(" ", value)
+    value = _LINE_BREAKS.sub(" ", value) if one_line else clean_text(value)
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from gpufleet import gpu
+from gpufleet import gpu, wire
 from gpufleet.gpu.host import SubprocessRunner
 
 FIX_TIMEOUT_S = 300.0
@@ -33,9 +33,16 @@ def allowed_fixes() -> list[str]:
 
 @dataclass(frozen=True)
 class FixRun:
+    """What a fix did, its texts cleaned as snapshot texts are: a command may print
+    anything, a NUL byte included, which the site could not store."""
+
     ok: bool
     output: str
     error: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "output", wire.clean_text(self.output))
+        object.__setattr__(self, "error", wire.clean_text(self.error))
 
 
 def apply_fix(code: str, runner: gpu.Runner | None = None) -> FixRun:

@@ -13,7 +13,7 @@ from kombu.exceptions import OperationalError
 from gpufleet.audit.models import record
 from gpufleet.fleet import credentials
 from gpufleet.jobs.models import OPEN_STATUSES, Job, JobKind, JobStatus
-from gpufleet.wire import APPLY_FIX_TASK, COLLECT_TASK
+from gpufleet.wire import APPLY_FIX_TASK, COLLECT_TASK, clean_text
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +87,11 @@ def request_fix(node, code: str, user) -> Job:
 def report_progress(job_id: int, status: str, output: str = "", error: str = "", node: str | None = None) -> bool:
     """Move an open job on as the agent reports; a finished job is never reopened
     (duplicate or late messages are harmless). With `node` (who signed the report),
-    only a job of that node moves: a node reports on its own jobs only."""
+    only a job of that node moves: a node reports on its own jobs only. Texts are
+    cleaned as the agent cleans them, for agents that did not: a NUL would lose the report."""
     now = timezone.now()
     status = JobStatus(status)
-    fields = {"status": status, "output": output[-20000:], "error": error[-4000:]}
+    fields = {"status": status, "output": clean_text(output[-20000:]), "error": clean_text(error[-4000:])}
     if status == JobStatus.RUNNING:
         fields = {"status": status, "started_at": now}
     elif status.finished:
