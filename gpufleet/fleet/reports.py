@@ -13,6 +13,8 @@ import csv
 import io
 import itertools
 import json
+import re
+import string
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 
@@ -22,7 +24,7 @@ from django.http import Http404, StreamingHttpResponse
 from django.utils import timezone
 
 from gpufleet import gpu
-from gpufleet.fleet.models import Device, Finding, FindingStatus, Health, Node
+from gpufleet.fleet.models import Attach, Device, Finding, FindingStatus, Health, Node
 
 REPORT_SCHEMA_VERSION = 1
 CHUNK_SIZE = 200
@@ -234,27 +236,40 @@ def _cell(value):
 _MARK = {"ok": "OK", "warn": "WARN", "fail": "FAIL"}
 
 
-def _md_text(value) -> str:
-    """Table-cell safe: no pipes, no line breaks, no HTML a ticket system would render."""
-    text = "" if value is None else str(value)
-    text = " ".join(text.split())
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+# CommonMark gives meaning only to ASCII punctuation, and a backslash before any of it
+# stands for the character itself. < > & become entities instead, so that a renderer
+# which skips backslash escapes still builds no tag or entity from them.
+_MD_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+_MD_ESCAPES = str.maketrans({c: _MD_ENTITIES.get(c, "\\" + c) for c in string.punctuation})
+_BACKTICK_RUNS = re.compile(r"`+")
 
 
-def _md_code(value: str) -> str:
-    text = " ".join(value.split()).replace("|", "\\|")
-    return f"`` {text} ``" if "`" in text else f"`{text}`"
+def md_cell(value, code: bool = False) -> str:
+    """`value` as Markdown that renders as exactly that text on one line (whitespace
+    runs become one space), never as markup: every ASCII punctuation mark escaped, or,
+    with `code`, a code span fenced by more backticks than any run inside it. Pipes are
+    escaped either way: a table row splits its cells before it reads code spans."""
+    text = " ".join(("" if value is None else str(value)).split())
+    if not code:
+        return text.translate(_MD_ESCAPES)
+    if not text:
+        return ""
+    fence = "`" * (max((len(run) for run in _BACKTICK_RUNS.findall(text)), default=0) + 1)
+    # Inside the fence nothing is markup; one space each side is stripped by the reader,
+    # so text that starts or ends with a backtick cannot join the fence.
+    text = text.replace("|", "\\|")
+    return f"{fence} {text} {fence}"
 
 
 def node_markdown(report: dict, heading: str = "##") -> str:
     status = Health(report["status"])
     lines = [
-        f"{heading} {_md_text(report['node'])}: {status.label}",
+        f"{heading} {md_cell(report['node'])}: {status.label}",
         "",
         f"- Collected: {report['collected_at'] or 'never'} (last seen {report['last_seen']})",
-        f"- Driver: {_md_text(report['driver_version']) or 'none'}; GPUs: {len(report['devices'])}; "
-        f"attach: {_md_text(report['attach'])}",
-        f"- Toolkit: {_md_text(report['toolkit_version']) or 'not installed'}",
+        f"- Driver: {md_cell(report['driver_version']) or 'none'}; GPUs: {len(report['devices'])}; "
+        f"attach: {md_cell(Attach(report['attach']).label)}",
+        f"- Toolkit: {md_cell(report['toolkit_version']) or 'not installed'}",
     ]
     if status == Health.OFFLINE:
         lines.append("- **Offline**: the node stopped reporting; findings below are from its last report.")
@@ -262,8 +277,9 @@ def node_markdown(report: dict, heading: str = "##") -> str:
     if report["findings"]:
         lines += ["| Status | Check | Message | Fix |", "| --- | --- | --- | --- |"]
         for f in sorted(report["findings"], key=lambda f: -gpu.Status(f["status"]).rank):
-            fix = _md_code(f["fix"]) if f.get("fix") else ""
-            lines.append(f"| {_MARK.get(f['status'], f['status'])} | {_md_text(f['name'])} | {_md_text(f['message'])} | {fix} |")
+            cells = (_MARK.get(f["status"], f["status"]), md_cell(f["name"]), md_cell(f["message"]),
+                     md_cell(f.get("fix"), code=True))
+            lines.append(f"| {' | '.join(cells)} |")
     else:
         lines.append("No findings to report.")
     return "\n".join(lines) + "\n\n"

@@ -22,7 +22,7 @@ from gpufleet.claims import services as claims
 from gpufleet.claims.models import Claim
 from gpufleet.fleet import credentials
 from gpufleet.fleet.models import Finding, Node
-from gpufleet.fleet.reports import CSV_COLUMNS, REPORT_SCHEMA_VERSION
+from gpufleet.fleet.reports import CSV_COLUMNS, REPORT_SCHEMA_VERSION, md_cell
 from gpufleet.ingest.services import ingest_snapshot
 from gpufleet.jobs import services as jobs
 from gpufleet.jobs.models import Job, JobStatus
@@ -482,7 +482,7 @@ def test_it_exports_each_format_from_the_node_and_the_fleet_page(page, fleet, vi
 
     name, body = download(page, links.locator("a[href$='/report.md']"))
     assert name.endswith(".md")
-    assert re.search(rf"^## {SPEC}: Warning$", body, re.M) and "| WARN | CDI |" in body
+    assert re.search(rf"^## {re.escape(md_cell(SPEC))}: Warning$", body, re.M) and "| WARN | CDI |" in body
 
     _, body = download(page, links.locator("a[href$='/report.json?only=problems']"))
     assert [f["code"] for f in json.loads(body)["findings"]] == [f.code for f in problems]

@@ -82,16 +82,19 @@ def test_it_guards_every_formula_prefix():
 @pytest.mark.django_db
 def test_it_exports_markdown_ready_for_a_ticket(viewer_client):
     ingest("alpha", 2, used_mib=140000)
-    Finding.objects.filter(node__name="alpha", code="driver").update(message="a | b <img src=x>")
+    Finding.objects.filter(node__name="alpha", code="driver").update(
+        message="a | b <img src=x>", fix="echo ``<img src=x onerror=alert(1)>``")
     response = viewer_client.get("/nodes/alpha/report.md")
     text = _body(response)
     assert response["Content-Type"] == "text/markdown; charset=utf-8"
     assert text.startswith("# gpufleet doctor report\n")
     assert "## alpha: Warning" in text
+    assert "attach: nvidia runtime" in text  # as the pages name the mode, not "legacy"
     assert "| Status | Check | Message | Fix |" in text
-    assert "| WARN | GPU 0 (NVIDIA H200) |" in text
-    assert "a \\| b &lt;img src=x&gt;" in text
-    assert "`sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`" in text
+    assert "| WARN | GPU 0 \\(NVIDIA H200\\) |" in text
+    # Text escaped, and a fix in a code span fenced longer than any backtick run in it.
+    assert "| a \\| b &lt;img src\\=x&gt; | ``` echo ``<img src=x onerror=alert(1)>`` ``` |" in text
+    assert "` sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml `" in text
     # Worst first.
     assert text.index("| WARN |") < text.index("| OK |")
 
@@ -161,7 +164,7 @@ def test_it_exports_the_fleet_as_csv_and_markdown(viewer_client, make_fleet):
     text = _body(viewer_client.get("/report.md?only=problems"))
     assert text.startswith("# gpufleet doctor report (warnings and failures only)")
     assert "No nodes to report." in text
-    assert "## node-01: OK" in _body(viewer_client.get("/report.md"))
+    assert "## node\\-01: OK" in _body(viewer_client.get("/report.md"))  # punctuation escaped
 
 
 @pytest.mark.django_db
@@ -185,7 +188,8 @@ def test_it_streams_the_fleet_in_fixed_queries(viewer_client, make_fleet, django
     make_fleet(size)
     with django_assert_num_queries(FLEET_EXPORT_QUERIES):
         body = _body(viewer_client.get(f"/report.{fmt}"))
-    assert "node-00" in body and f"node-{size - 1:02d}" in body
+    shown = reports.md_cell if fmt == "md" else str
+    assert shown("node-00") in body and shown(f"node-{size - 1:02d}") in body
 
 
 @pytest.mark.django_db
