@@ -14,7 +14,7 @@ from enum import StrEnum
 from gpufleet.gpu import processes
 from gpufleet.gpu import xid as xids
 from gpufleet.gpu.devices import INSTALL_COMMAND, Device, Info, SmiQuery, command_failure, detect
-from gpufleet.gpu.host import COMMAND_TIMEOUT_S, DockerFacts, Runner
+from gpufleet.gpu.host import COMMAND_TIMEOUT_S, DockerFacts, DockerInfo, Runner
 from gpufleet.gpu.ledger import Ledger
 
 
@@ -107,6 +107,18 @@ CDI_ENABLE_HINT = (
     ' on Docker 25-28.2 set "features": {"cdi": true} in /etc/docker/daemon.json'
     " and restart Docker."
 )
+
+
+
+def docker_unreachable_remedy(url: str = "") -> str:
+    """What to check when Docker does not answer: the daemon, the address asked, the
+    socket's permissions. Installing the toolkit would not help, so it is not said."""
+    where = f"DOCKER_HOST is {url}" if url else "DOCKER_HOST is unset, so unix:///var/run/docker.sock"
+    return (
+        "Docker does not answer: is dockerd running (sudo systemctl status docker)?"
+        f" Is DOCKER_HOST right ({where})?"
+        " May the agent's user open the socket (add it to group docker: sudo usermod -aG docker USER)?"
+    )
 
 
 @dataclass(frozen=True)
@@ -235,9 +247,9 @@ def diagnose_host(
         findings += _persistence_findings(info.devices)
         findings += _kernel_log_findings(log)
         findings.append(_toolkit_finding(toolkit_version, toolkit_reason))
-        findings.append(_cdi_finding(info, spec_files))
-        findings.append(_runtime_finding(info, docker_info.error))
-        findings.append(_attach_finding(attach))
+        findings.append(_cdi_finding(info, spec_files, docker_info))
+        findings.append(_runtime_finding(info, docker_info))
+        findings.append(_attach_finding(attach, docker_info))
     return HostDiagnosis(
         info=info,
         toolkit_version=toolkit_version,
@@ -484,13 +496,21 @@ def _toolkit_finding(version: str, reason: str) -> Finding:
     )
 
 
-def _cdi_finding(info: Info, spec_files: tuple[str, ...]) -> Finding:
+def _cdi_finding(info: Info, spec_files: tuple[str, ...], docker: DockerInfo) -> Finding:
     if info.cdi_devices:
         return Finding(
             "cdi",
             "CDI",
             Status.OK,
             f"Docker lists {_plural(len(info.cdi_devices), 'NVIDIA CDI device')}: {', '.join(info.cdi_devices)}",
+        )
+    if spec_files and docker.error:
+        return Finding(
+            "cdi",
+            "CDI",
+            Status.WARN,
+            f"CDI spec {', '.join(spec_files)} exists, but Docker does not answer, so its CDI devices are unknown",
+            docker_unreachable_remedy(docker.url),
         )
     if spec_files:
         return Finding(
@@ -509,7 +529,7 @@ def _cdi_finding(info: Info, spec_files: tuple[str, ...]) -> Finding:
     )
 
 
-def _runtime_finding(info: Info, docker_error: str) -> Finding:
+def _runtime_finding(info: Info, docker: DockerInfo) -> Finding:
     if info.runtime_installed:
         return Finding(
             "runtime",
@@ -524,20 +544,34 @@ def _runtime_finding(info: Info, docker_error: str) -> Finding:
             Status.OK,
             "nvidia runtime not registered; not needed, Docker attaches GPUs through CDI",
         )
-    if docker_error:
+    if docker.error:
         # The host side may already phrase it ("Docker at unix://... is unreachable: ...").
-        if "unreachable" in docker_error.lower():
-            message = docker_error
-        else:
-            message = f"Docker is unreachable: {docker_error}"
-    else:
-        message = "nvidia runtime not registered with Docker and Docker lists no NVIDIA CDI devices"
+        said = docker.error if "unreachable" in docker.error.lower() else f"Docker is unreachable: {docker.error}"
+        return Finding(
+            "runtime",
+            "Docker nvidia runtime",
+            Status.WARN,
+            f"{said}; whether the nvidia runtime is registered is unknown",
+            docker_unreachable_remedy(docker.url),
+        )
     return Finding(
-        "runtime", "Docker nvidia runtime", Status.WARN, message, INSTALL_COMMAND
+        "runtime",
+        "Docker nvidia runtime",
+        Status.WARN,
+        "nvidia runtime not registered with Docker and Docker lists no NVIDIA CDI devices",
+        INSTALL_COMMAND,
     )
 
 
-def _attach_finding(attach: Attach) -> Finding:
+def _attach_finding(attach: Attach, docker: DockerInfo) -> Finding:
+    if attach == Attach.NONE and docker.error:
+        return Finding(
+            "attach",
+            "GPU attach",
+            Status.FAIL,
+            "Docker does not answer, so it cannot give containers a GPU",
+            docker_unreachable_remedy(docker.url),
+        )
     if attach == Attach.NONE:
         return Finding(
             "attach",

@@ -46,11 +46,13 @@ class Runner(Protocol):
 
 @dataclass(frozen=True)
 class DockerInfo:
-    """The facts of one `GET /info`. `error` says why Docker could not be asked."""
+    """The facts of one `GET /info`. `error` says why Docker could not be asked; `url`
+    is the address that was asked (DOCKER_HOST's value), so a remedy can name it."""
 
     runtimes: tuple[str, ...] = ()
     cdi_devices: tuple[str, ...] = ()
     error: str = ""
+    url: str = ""
 
 
 class DockerFacts(Protocol):
@@ -300,13 +302,13 @@ class EngineDocker:
                 KeyError,
             )
         except ImportError as exc:  # pragma: no cover - docker is a hard requirement
-            return DockerInfo(error=f"Docker at {url} is unreachable: {exc}")
+            return DockerInfo(error=f"Docker at {url} is unreachable: {exc}", url=url)
         try:
             client = docker.DockerClient(base_url=url, timeout=self.timeout)
             return docker_info_from_payload(client.info())
         except errors as exc:
             return DockerInfo(
-                error=f"Docker at {url} is unreachable: {_docker_reason(exc, self.timeout)}"
+                error=f"Docker at {url} is unreachable: {_docker_reason(exc, self.timeout)}", url=url
             )
         finally:
             if client is not None:

@@ -184,6 +184,10 @@ def test_it_records_an_unreachable_docker_instead_of_crashing(fake_host, capsys)
     assert report["runtime_installed"] is False and report["attach"] == "none"
     runtime = _finding(report, "runtime")
     assert runtime["status"] == "warn" and "unreachable" in runtime["message"] and url in runtime["message"]
+    # The toolkit is there: the remedy is about dockerd, naming the DOCKER_HOST in use.
+    for finding in (runtime, _finding(report, "attach")):
+        assert "nvidia-container-toolkit" not in finding["fix"]
+        assert "systemctl status docker" in finding["fix"] and f"DOCKER_HOST is {url}" in finding["fix"]
 
 
 def test_it_honours_the_environment_when_run_as_a_command(fake_host, tmp_path):

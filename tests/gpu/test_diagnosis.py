@@ -34,9 +34,9 @@ CTK_1_18 = recording("ctk-1.18.2.txt")
 
 
 def diagnose(
-    smi=MIXED, ctk=CTK_1_18, runtimes=NVIDIA, cdi=(), specs=(), error="", **kwargs
+    smi=MIXED, ctk=CTK_1_18, runtimes=NVIDIA, cdi=(), specs=(), error="", docker_url="", **kwargs
 ):
-    docker = FakeDocker(DockerInfo(runtimes=runtimes, cdi_devices=cdi, error=error))
+    docker = FakeDocker(DockerInfo(runtimes=runtimes, cdi_devices=cdi, error=error, url=docker_url))
     diagnosis = diagnose_host(host(smi=smi, ctk=ctk), docker, specs, **kwargs)
     assert docker.calls == 1
     return diagnosis
@@ -216,23 +216,39 @@ def test_it_diagnoses_how_docker_attaches_gpus(
 
 
 @pytest.mark.parametrize(
-    "error, message",
+    "error, url, message",
     [
-        ("connection refused", "Docker is unreachable: connection refused"),
+        ("connection refused", "", "Docker is unreachable: connection refused"),
         (
-            "Docker at unix:///var/run/docker.sock is unreachable: connection refused",
-            "Docker at unix:///var/run/docker.sock is unreachable: connection refused",
+            "Docker at unix:///run/user/1000/docker.sock is unreachable: connection refused",
+            "unix:///run/user/1000/docker.sock",
+            "Docker at unix:///run/user/1000/docker.sock is unreachable: connection refused",
         ),
     ],
 )
-def test_it_says_when_docker_is_unreachable(error, message):
-    d = diagnose(runtimes=(), error=error)
-    finding = by_code(d)["runtime"]
-    assert finding.status == "warn"
-    assert finding.message == message
-    assert finding.fix == INSTALL_COMMAND
+def test_it_says_when_docker_is_unreachable(error, url, message):
+    d = diagnose(runtimes=(), error=error, docker_url=url)
+    f = by_code(d)
+    assert f["runtime"].status == "warn"
+    assert f["runtime"].message.startswith(message)
     assert d.docker_error == error
     assert d.attach == "none"
+    # The toolkit may well be installed (nvidia-ctk answered): what is wrong is that
+    # dockerd does not answer, and that is what the runtime and attach findings say.
+    assert f["toolkit"].status == "ok"
+    assert f["attach"].status == "fail" and "Docker does not answer" in f["attach"].message
+    for finding in (f["runtime"], f["attach"]):
+        assert INSTALL_COMMAND not in finding.fix and "apt-get install" not in finding.fix
+        assert "systemctl status docker" in finding.fix
+        assert "DOCKER_HOST" in finding.fix and "group docker" in finding.fix
+        if url:
+            assert f"DOCKER_HOST is {url}" in finding.fix
+
+
+def test_an_unreachable_docker_does_not_blame_an_existing_cdi_spec():
+    d = diagnose(runtimes=(), specs=SPEC, error="Docker at unix:///var/run/docker.sock is unreachable: no socket there")
+    cdi = by_code(d)["cdi"]
+    assert cdi.fix != CDI_ENABLE_HINT and "systemctl status docker" in cdi.fix
 
 
 def test_it_drops_duplicate_spec_files_and_keeps_their_order():
