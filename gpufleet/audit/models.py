@@ -8,6 +8,32 @@ from django.db import models
 from django.utils import timezone
 
 
+class Action(models.TextChoices):
+    """Every action an audit row may name, in the audit log's words: `record` writes
+    no other, so the log's Action filter (built from this) can select each one."""
+
+    CLAIM_CREATE = "claim.create", "Claim added"
+    CLAIM_UPDATE = "claim.update", "Claim changed"
+    CLAIM_DELETE = "claim.delete", "Claim deleted"
+    NODE_DIAGNOSE = "node.diagnose", "Diagnosis asked"
+    NODE_FIX = "node.fix", "Fix asked"
+    XID_ACKNOWLEDGE = "xid.acknowledge", "Xid errors acknowledged"
+    NODE_ENROLL = "node.enroll", "Node enrolled"
+    NODE_ROTATE_KEY = "node.rotate_key", "Node key rotated"
+    NODE_REVOKE_KEY = "node.revoke_key", "Node key revoked"
+    GPU_FORGET = "gpu.forget", "Vanished GPUs forgotten"
+    TOKEN_CREATE = "token.create", "API token created"
+    TOKEN_REVOKE = "token.revoke", "API token revoked"
+    # The admin site's user and group changes, and login lockouts (gpufleet.audit.receivers).
+    USER_CREATE = "user.create", "User added"
+    USER_UPDATE = "user.update", "User changed"
+    USER_DELETE = "user.delete", "User deleted"
+    GROUP_CREATE = "group.create", "Group added"
+    GROUP_UPDATE = "group.update", "Group changed"
+    GROUP_DELETE = "group.delete", "Group deleted"
+    LOGIN_LOCKOUT = "login.lockout", "Login locked out"
+
+
 class AuditEntry(models.Model):
     at = models.DateTimeField(default=timezone.now, db_index=True)
     user = models.ForeignKey(
@@ -31,7 +57,10 @@ class AuditEntry(models.Model):
 
 
 def record(user, action: str, node=None, target: str = "", before=None, after=None) -> AuditEntry:
-    """Write one audit row. Call inside the transaction that makes the change."""
+    """Write one audit row. Call inside the transaction that makes the change. An action
+    that is not an `Action` is refused (ValueError): the log could not filter on it."""
+    if action not in Action.values:
+        raise ValueError(f"unknown audit action {action!r}: add it to gpufleet.audit.models.Action")
     authenticated = user is not None and getattr(user, "is_authenticated", False)
     return AuditEntry.objects.create(
         user=user if authenticated else None,

@@ -68,3 +68,63 @@ def test_it_sends_filter_errors_with_the_htmx_table(viewer_client, entries):
     assert body.lstrip().startswith('<div id="audit-table"') and "<html" not in body
     assert "<li>Action: Select a valid choice. claim.steal is not one of the available choices.</li>" in body
     assert '<span id="id_action_error" class="error" hx-swap-oob="true">Select a valid choice.' in body
+
+
+def test_node_enrolment_rotation_and_revocation_can_be_selected(viewer_client):
+    from gpufleet.fleet import credentials
+
+    credentials.enroll("gpu-07")
+    credentials.enroll("gpu-07", rotate=True)
+    credentials.revoke("gpu-07")
+    assert _targets("action=node.enroll") == ["gpu-07"]
+    assert _targets("action=node.rotate_key") == ["gpu-07"]
+    assert _targets("action=node.revoke_key") == ["gpu-07"]
+    page = viewer_client.get("/audit/?action=node.revoke_key").content.decode()
+    assert '<option value="node.revoke_key" selected>' in page
+    assert '<option value="node.enroll">' in page and '<option value="node.rotate_key">' in page
+
+
+def _written_actions() -> set[str]:
+    """Every action string the code hands to `record(...)`: a literal, or the literals
+    assigned to the name it passes (`action = "claim.update" if ... else "claim.create"`)."""
+    import ast
+    from pathlib import Path
+
+    import gpufleet
+
+    found = set()
+    for path in Path(gpufleet.__file__).parent.rglob("*.py"):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        strings_of: dict[str, set[str]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign):
+                texts = {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        strings_of.setdefault(target.id, set()).update(texts)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "record" and len(node.args) >= 2:
+                action = node.args[1]
+                if isinstance(action, ast.Constant) and isinstance(action.value, str):
+                    found.add(action.value)
+                elif isinstance(action, ast.Name):
+                    found |= strings_of.get(action.id, set())
+    return found
+
+
+def test_every_action_the_code_writes_is_a_choice_of_the_filter():
+    from gpufleet.audit.models import Action
+
+    written = _written_actions()
+    assert {"claim.create", "node.enroll", "node.rotate_key", "node.revoke_key", "login.lockout"} <= written
+    # The admin site's user and group changes are named "<model>.<create|update|delete>".
+    written |= {f"{model}.{change}" for model in ("user", "group") for change in ("create", "update", "delete")}
+    choices = dict(AuditFilter().filters["action"].extra["choices"])
+    assert written <= set(choices), written - set(choices)
+    assert set(choices) == set(Action.values)
+
+
+def test_an_action_that_is_not_a_choice_is_never_written():
+    with pytest.raises(ValueError, match="claim.steal"):
+        record(None, "claim.steal", target="x")
+    assert not AuditEntry.objects.exists()
