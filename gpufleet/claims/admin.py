@@ -1,11 +1,13 @@
 from django.contrib import admin
 
 from gpufleet.claims.models import Claim
+from gpufleet.core.admin_readonly import ReadOnlyAdmin
 
 
 @admin.register(Claim)
-class ClaimAdmin(admin.ModelAdmin):
-    # Read-only here: claim changes must go through the ledger (the claims editor or the API).
+class ClaimAdmin(ReadOnlyAdmin):
+    # Read-only here: claim changes, deletes too, go through the ledger (the claims editor or the
+    # API), which locks the node, keeps its reserved count and writes the audit row.
     list_display = ["name", "node", "count", "device_ids", "missing_devices", "owner", "expires_at", "updated_at"]
     list_filter = ["expires_at"]
     search_fields = ["name", "node__name", "owner__username", "contact"]
@@ -14,6 +16,3 @@ class ClaimAdmin(admin.ModelAdmin):
         "node", "name", "count", "device_ids", "missing_devices", "owner", "contact", "expires_at",
         "created_by", "created_at", "updated_at",
     ]
-
-    def has_add_permission(self, request):
-        return False

@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from gpufleet.core.admin_readonly import ReadOnlyAdmin, ReadOnlyTabularInline
 from gpufleet.fleet.models import (
     Device,
     DeviceSample,
@@ -10,24 +11,26 @@ from gpufleet.fleet.models import (
     NodeCredential,
     XidAcknowledgement,
 )
+from gpufleet.fleet.vanished import forget_vanished
+
+# Everything here is written by ingest, the housekeeping or a service (enroll, Xid
+# acknowledgement): gpufleet/core/admin_readonly.py says why the admin only shows it.
 
 
-class DeviceInline(admin.TabularInline):
+class DeviceInline(ReadOnlyTabularInline):
     model = Device
-    extra = 0
     fields = ["index", "uuid", "name", "vram_total_mib", "vram_used_mib", "utilization_percent", "vanished_at"]
     readonly_fields = fields
 
 
-class FindingInline(admin.TabularInline):
+class FindingInline(ReadOnlyTabularInline):
     model = Finding
-    extra = 0
     fields = ["code", "status", "message", "fix"]
     readonly_fields = fields
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(ReadOnlyAdmin):
     list_display = ["name", "health", "offline", "gpu_count", "driver_version", "attach", "last_seen"]
     list_filter = ["health", "offline", "attach", "driver_version"]
     search_fields = ["name"]
@@ -36,15 +39,26 @@ class NodeAdmin(admin.ModelAdmin):
 
 
 @admin.register(Device)
-class DeviceAdmin(admin.ModelAdmin):
+class DeviceAdmin(ReadOnlyAdmin):
     list_display = ["node", "index", "uuid", "name", "vram_used_mib", "vram_total_mib", "vanished_at"]
     list_filter = ["name"]
     search_fields = ["node__name", "uuid"]
     list_select_related = ["node"]
+    actions = ["forget_vanished_gpus"]
+
+    @admin.action(description="Forget the selected vanished GPUs (no longer lost capacity)", permissions=["forget"])
+    def forget_vanished_gpus(self, request, queryset) -> None:
+        forgotten = forget_vanished(queryset, request.user)
+        self.message_user(request, f"{forgotten} vanished GPU{'s' if forgotten != 1 else ''} forgotten"
+                                   " (GPUs their node still reports are kept).")
+
+    def has_forget_permission(self, request) -> bool:
+        # Who could delete a GPU row before: a superuser, or a user given the permission.
+        return request.user.has_perm("fleet.delete_device")
 
 
 @admin.register(Finding)
-class FindingAdmin(admin.ModelAdmin):
+class FindingAdmin(ReadOnlyAdmin):
     list_display = ["node", "code", "status", "message"]
     list_filter = ["status", "code"]
     search_fields = ["node__name", "message"]
@@ -52,25 +66,19 @@ class FindingAdmin(admin.ModelAdmin):
 
 
 @admin.register(DeviceSample)
-class DeviceSampleAdmin(admin.ModelAdmin):
+class DeviceSampleAdmin(ReadOnlyAdmin):
     list_display = ["device", "collected_at", "vram_used_mib", "utilization_percent"]
     list_select_related = ["device__node"]
     date_hierarchy = "collected_at"
 
 
-class SampleRollupAdmin(admin.ModelAdmin):
-    """Rollups are made by the housekeeping only: shown, never edited here."""
+class SampleRollupAdmin(ReadOnlyAdmin):
+    """Rollups are made by the housekeeping only."""
 
     list_display = ["device", "bucket", "samples", "utilization_percent_avg", "utilization_percent_max",
                     "vram_used_mib_max", "temperature_c_max", "power_draw_w_max"]
     list_select_related = ["device__node"]
     search_fields = ["device__node__name", "device__uuid"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 admin.site.register(DeviceSample5m, SampleRollupAdmin)
@@ -78,22 +86,16 @@ admin.site.register(DeviceSample1h, SampleRollupAdmin)
 
 
 @admin.register(XidAcknowledgement)
-class XidAcknowledgementAdmin(admin.ModelAdmin):
+class XidAcknowledgementAdmin(ReadOnlyAdmin):
     list_display = ["node", "device_uuid", "by", "at"]
     search_fields = ["node__name", "device_uuid"]
     list_select_related = ["node", "by"]
 
 
 @admin.register(NodeCredential)
-class NodeCredentialAdmin(admin.ModelAdmin):
-    """Read-only: keys are issued, rotated and revoked by `manage.py enroll`, audited."""
+class NodeCredentialAdmin(ReadOnlyAdmin):
+    """Keys are issued, rotated and revoked by `manage.py enroll`, audited."""
 
     list_display = ["name", "generation", "issued_at", "revoked_at"]
     search_fields = ["name"]
     readonly_fields = ["name", "generation", "issued_at", "revoked_at"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
