@@ -145,6 +145,8 @@ if AXES_FAILURE_LIMIT < 1:
     raise SettingError(f"GPUFLEET_LOGIN_FAILURE_LIMIT={AXES_FAILURE_LIMIT} must be at least 1")
 AXES_COOLOFF_TIME = timedelta(minutes=env_float("GPUFLEET_LOGIN_LOCKOUT_MINUTES", 15.0, minimum=1.0))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# The name tried, cut to the longest a user's may be (gpufleet/core/login.py).
+AXES_USERNAME_CALLABLE = "gpufleet.core.login.throttled_username"
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 # Who the client is, for the throttle and /metrics (gpufleet/core/security.py): the peer's
