@@ -72,6 +72,21 @@ def env_networks(name: str) -> list[str]:
     return values
 
 
+# Django's own deploy check (security.W009) asks as much of SECRET_KEY.
+SECRET_MIN_LENGTH = 50
+SECRET_MIN_DISTINCT = 5
+
+
+def require_strong_secret(name: str, value: str) -> None:
+    """Refuse a production secret that could be guessed, without ever showing it."""
+    if len(value) < SECRET_MIN_LENGTH or len(set(value)) < SECRET_MIN_DISTINCT:
+        raise SettingError(
+            f"{name} is too weak for production: it needs at least {SECRET_MIN_LENGTH} characters, of at least "
+            f"{SECRET_MIN_DISTINCT} different ones (make one with: python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(50))')"
+        )
+
+
 def local_secret_key(path: Path) -> str:
     """The key kept in `path`, created on first use with owner-only permissions."""
     try:

@@ -4,7 +4,6 @@ in production (no default SECRET_KEY unless DEBUG)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 from datetime import timedelta
@@ -13,7 +12,16 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONE, SELF
 
-from gpufleet.env import SettingError, env_bool, env_float, env_int, env_list, env_networks, read_private_text
+from gpufleet.env import (
+    SettingError,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_networks,
+    read_private_text,
+    require_strong_secret,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -30,11 +38,16 @@ PRODUCTION = env_bool("GPUFLEET_PRODUCTION", False)
 if PRODUCTION and DEBUG:
     raise SettingError("DEBUG must be off in production (GPUFLEET_PRODUCTION=true)")
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
+# GPUFLEET_REQUIRE_SECRET_KEY is the older switch, still honoured.
+_REQUIRE_SECRETS = PRODUCTION or (not DEBUG and env_bool("GPUFLEET_REQUIRE_SECRET_KEY", False))
 if SECRET_KEY.startswith("CHANGE-ME") and PRODUCTION:
     raise SettingError("SECRET_KEY is still the example's placeholder: set a long random one")
+if SECRET_KEY and _REQUIRE_SECRETS:
+    # Node keys derive from it too, and one signed message read off the broker lets anyone
+    # test guesses offline: a short key falls.
+    require_strong_secret("SECRET_KEY", SECRET_KEY)
 if not SECRET_KEY:
-    # GPUFLEET_REQUIRE_SECRET_KEY is the older switch, still honoured.
-    if PRODUCTION or (not DEBUG and env_bool("GPUFLEET_REQUIRE_SECRET_KEY", False)):
+    if _REQUIRE_SECRETS:
         raise SettingError("SECRET_KEY must be set in production")
     # Single-machine default: a key generated once and kept beside the database,
     # so sessions survive restarts without anyone shipping a known key.
@@ -264,10 +277,11 @@ GPUFLEET_AGENT_FIXES = env_list("GPUFLEET_AGENT_FIXES", [])
 GPUFLEET_JOB_TIMEOUT = env_float("GPUFLEET_JOB_TIMEOUT", 60.0, minimum=1.0)
 
 # Node identity (wire.sign / wire.verify). The centre derives each node's key from
-# GPUFLEET_SIGNING_KEY (by default from SECRET_KEY); changing it re-keys every node.
-GPUFLEET_SIGNING_KEY = hashlib.sha256(
-    b"gpufleet signing key\n" + (os.environ.get("GPUFLEET_SIGNING_KEY") or SECRET_KEY).encode()
-).digest()
+# GPUFLEET_SIGNING_KEY (by default SECRET_KEY) with wire.derive_node_key; changing it re-keys
+# every node.
+if os.environ.get("GPUFLEET_SIGNING_KEY") and _REQUIRE_SECRETS:
+    require_strong_secret("GPUFLEET_SIGNING_KEY", os.environ["GPUFLEET_SIGNING_KEY"])
+GPUFLEET_SIGNING_KEY = (os.environ.get("GPUFLEET_SIGNING_KEY") or SECRET_KEY).encode()
 # This agent's key, as `manage.py enroll NODE` prints it; `up` leaves its local agents'
 # keys in the data dir instead, readable by their user only.
 GPUFLEET_AGENT_KEY = os.environ.get("GPUFLEET_AGENT_KEY", "").strip() or read_private_text(

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpufleet import gpu
@@ -383,10 +385,14 @@ class NodeKey:
 
 
 def derive_node_key(master: bytes, node: str, generation: int) -> NodeKey:
-    """The key of `node` at `generation`, from the centre's signing key. Derived, not
-    stored: the database holds no secret, and rotating the signing key re-keys every node."""
-    text = f"gpufleet node key\n{node}\n{generation}".encode()
-    return NodeKey(generation, hmac.new(master, text, hashlib.sha256).digest())
+    """The key of `node` at `generation`, from the centre's signing key, by HKDF-SHA256
+    (RFC 5869) with the node and generation as its context. Derived, not stored: the
+    database holds no secret, and rotating the signing key re-keys every node. The one
+    derivation of node keys: enrolment, signing and checking all come here."""
+    # JSON, so no node name can pass for another's name and generation.
+    info = json.dumps(["gpufleet node key", node, generation], ensure_ascii=True).encode()
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"gpufleet node keys", info=info)
+    return NodeKey(generation, hkdf.derive(master))
 
 
 def _signed_text(direction: str, task: str, node: str, generation: int, at: str, args: list) -> bytes:

@@ -134,7 +134,9 @@ def test_a_server_error_is_logged_with_its_traceback_and_answered_with_the_style
 
 def _settings_in_production(**env) -> subprocess.CompletedProcess:
     # The browser tests set DJANGO_ALLOW_ASYNC_UNSAFE in this process: a deployment must not.
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SECRET_KEY", "DEBUG", "DJANGO_ALLOW_ASYNC"))}
+    # The tests' own signing key is no production one.
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("SECRET_KEY", "DEBUG", "DJANGO_ALLOW_ASYNC", "GPUFLEET_SIGNING_KEY"))}
     base.update(DJANGO_SETTINGS_MODULE="gpufleet.settings", GPUFLEET_PRODUCTION="true", **env)
     return subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
                           cwd=ROOT, env=base, capture_output=True, text=True, timeout=120)
@@ -143,6 +145,19 @@ def _settings_in_production(**env) -> subprocess.CompletedProcess:
 def test_production_refuses_a_missing_secret_key():
     done = _settings_in_production()
     assert done.returncode != 0 and "SECRET_KEY must be set in production" in done.stderr
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("SECRET_KEY", "Sh0rt-but-varied-Key-of-40-characters-xy"),  # under 50 characters
+    ("SECRET_KEY", "ab12" * 20),  # long, but of 4 different characters
+    ("GPUFLEET_SIGNING_KEY", "node-keys-from-a-short-one"),  # the node keys' own key, when set
+])
+def test_production_refuses_a_weak_key(variable, value, tmp_path):
+    env = {"SECRET_KEY": "x" * 60 + "Y7#kq", "GPUFLEET_DATA_DIR": str(tmp_path), variable: value}
+    done = _settings_in_production(**env)
+    assert done.returncode != 0
+    assert f"{variable} is too weak for production" in done.stderr
+    assert value not in done.stderr  # the message never shows the secret
 
 
 def test_check_deploy_is_clean_in_production_settings(tmp_path):
