@@ -66,6 +66,27 @@ def test_it_gives_one_driver_failure_without_a_gpu(smi, remedy):
     assert d.worst_status == Status.FAIL
 
 
+CRASHED = """\
+Traceback (most recent call last):
+  File "/usr/local/bin/nvidia-smi", line 12, in <module>
+    sys.exit(main("SMI"))
+             ^^^^^^^^^^^
+  File "/usr/local/lib/tool.py", line 79, in main
+    with open(stdout, encoding="utf-8") as fh:
+FileNotFoundError: [Errno 2] No such file or directory: '/data/smi-8x-a40.csv'
+"""
+
+
+def test_a_crashed_command_is_one_line_with_its_error_not_its_traceback():
+    # A wrapper script on PATH that crashed: the node's problem column shows this text.
+    d = diagnose(smi=exited(SMI, 1, stderr=CRASHED))
+    (finding,) = d.findings
+    assert finding.message == (
+        "No NVIDIA GPU detected: nvidia-smi exited with code 1: FileNotFoundError: [Errno 2]"
+        " No such file or directory: '/data/smi-8x-a40.csv'"
+    )
+
+
 def test_it_reports_a_healthy_legacy_host():
     d = diagnose()
     f = by_code(d)
