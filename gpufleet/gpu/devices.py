@@ -593,11 +593,25 @@ def command_failure(result: CommandResult) -> str:
 def _output_text(result: CommandResult) -> str:
     """The non-empty lines of stdout then stderr, each once, on one line."""
     lines: list[str] = []
-    for line in (result.stdout + "\n" + result.stderr).splitlines():
+    for line in _without_traceback(result.stdout) + _without_traceback(result.stderr):
         line = line.strip()
         if line and line not in lines:
             lines.append(line)
     return " ".join(lines)
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def _without_traceback(text: str) -> list[str]:
+    """The lines of `text`, a Python traceback in them cut down to its last line (the
+    error): a wrapper script that crashed must not fill the overview with its frames."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == _TRACEBACK), None)
+    if start is None:
+        return lines
+    rest = [line for line in lines[start + 1:] if line.strip()]
+    return lines[:start] + rest[-1:]
 
 
 def _clip(text: str) -> str:
