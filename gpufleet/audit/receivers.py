@@ -11,10 +11,9 @@ from django.db import transaction
 from django.dispatch import receiver
 from django.utils import timezone
 
-from gpufleet.audit.models import AuditEntry, record
+from gpufleet.audit.models import Action, AuditEntry, record
 from gpufleet.core.signals import account_changed
 
-LOCKOUT = "login.lockout"
 _LOCKOUT_ROW_SPAN = timedelta(days=1)
 
 
@@ -38,12 +37,12 @@ def record_lockout(sender, request, username: str, ip_address: str, **kwargs) ->
     with transaction.atomic():
         entry = (
             AuditEntry.objects.select_for_update()
-            .filter(action=LOCKOUT, target=target, at__gte=now - _LOCKOUT_ROW_SPAN, after__ip_address=ip_address)
+            .filter(action=Action.LOGIN_LOCKOUT, target=target, at__gte=now - _LOCKOUT_ROW_SPAN, after__ip_address=ip_address)
             .order_by("-at", "-id")
             .first()
         )
         if entry is None or not _still_locked(entry.after, now - cool_off):
-            record(None, LOCKOUT, target=target,
+            record(None, Action.LOGIN_LOCKOUT, target=target,
                    after={"ip_address": ip_address, "attempts": 1, "last_attempt_at": now.isoformat()})
             return
         entry.after = {**entry.after, "attempts": entry.after["attempts"] + 1, "last_attempt_at": now.isoformat()}
