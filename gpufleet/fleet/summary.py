@@ -11,8 +11,8 @@ from datetime import datetime
 from functools import cached_property
 from urllib.parse import urlencode
 
-from django.db.models import Count, Q, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Count, F, Q, Sum, Value
+from django.db.models.functions import Coalesce, Greatest
 
 from gpufleet.fleet.models import Device, Health, Node
 
@@ -20,6 +20,9 @@ from gpufleet.fleet.models import Device, Health, Node
 LIST_LIMIT = 10
 
 _ONLINE = Q(offline=False)
+# Nodes whose free GPUs a claim could put to use: "find a node" rules out offline and
+# failing ones (gpufleet/gpu/placement.py), so "GPUs free" leaves them out too.
+_TAKES_WORK = _ONLINE & ~Q(health=Health.FAIL)
 
 
 def toolkit_short(version: str) -> str:
@@ -59,12 +62,12 @@ class FleetSummary:
             vram_total=Coalesce(Sum("vram_total_mib", filter=_ONLINE), 0),
             vram_used=Coalesce(Sum("vram_used_mib", filter=_ONLINE), 0),
             reserved=Coalesce(Sum("gpus_reserved", filter=_ONLINE), 0),
+            free=Coalesce(Sum(Greatest(F("gpu_count") - F("gpus_reserved"), Value(0)), filter=_TAKES_WORK), 0),
             lost=Coalesce(Sum("gpus_lost"), 0),
             failing=Count("pk", filter=_ONLINE & Q(health=Health.FAIL)),
             warning=Count("pk", filter=_ONLINE & Q(health=Health.WARN)),
         )
         figures["online"] = figures["nodes"] - figures["nodes_offline"]
-        figures["free"] = max(0, figures["gpus"] - figures["reserved"])
         return figures
 
     @cached_property

@@ -59,6 +59,26 @@ def test_it_names_fleet_findings(viewer_client):
 
 
 @pytest.mark.django_db
+def test_gpus_free_counts_only_nodes_that_can_take_work(viewer_client):
+    """Free GPUs on a failing or offline node cannot be claimed to any use: "find a
+    node" rules those nodes out, so the tile does not count them either."""
+    alpha = ingest("alpha", 8)
+    ingest("warm", 4, used_mib=140000)  # a VRAM warning: still takes work
+    ingest("gone", 4)
+    ingest("sick", 2)
+    Node.objects.filter(name="gone").update(offline=True)
+    Node.objects.filter(name="sick").update(health="fail")
+    Claim.objects.create(node=alpha, name="train", count=3)
+    Node.objects.filter(pk=alpha.pk).update(gpus_reserved=3)
+    Node.objects.filter(name="sick").update(gpus_reserved=1)
+
+    tiles = FleetSummary().tiles
+    assert tiles["free"] == 5 + 4
+    assert tiles["reserved"] == 3 + 1  # what claims hold on online nodes, failing ones too
+    assert "4 <small>/ 9 free</small>" in viewer_client.get("/").content.decode()
+
+
+@pytest.mark.django_db
 def test_it_says_so_when_the_fleet_agrees(viewer_client, make_fleet):
     make_fleet(2)
     assert "No fleet-level problems" in viewer_client.get("/").content.decode()
