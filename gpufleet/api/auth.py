@@ -69,3 +69,13 @@ def _authorize(request: HttpRequest, user, may_write: bool) -> None:
         raise ApiError(403, "forbidden", f"your role may not {action.replace('_', ' ')}")
     if action == EDIT_CLAIMS and not may_write:
         raise ApiError(403, "forbidden", "this API token may only read")
+
+
+def token_user(secret: str):
+    """The active user this API token acts as, its use noted; None for an unknown or
+    revoked token. What the exports accept (`requires(..., tokens=True)`)."""
+    found = ApiToken.find(secret)
+    if found is None:
+        return None
+    found.touch()
+    return found.user

@@ -414,7 +414,7 @@ def claims_vs_use(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-@requires(VIEW)
+@requires(VIEW, tokens=True)
 def claims_vs_use_export(request: HttpRequest, fmt: str) -> HttpResponse:
     """The same rows as the page (its filters and sort), all of them, streamed. An
     invalid filter is a 400: a download holding more than was asked would mislead."""

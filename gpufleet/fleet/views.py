@@ -97,7 +97,7 @@ def acknowledge_xid(request, name: str, index: int):
 
 
 @require_GET
-@requires(VIEW)
+@requires(VIEW, tokens=True)
 def node_report(request, name: str, fmt: str):
     only_problems = request.GET.get("only") == "problems"
     if fmt == "csv":
@@ -114,7 +114,7 @@ def node_report(request, name: str, fmt: str):
 
 
 @require_GET
-@requires(VIEW)
+@requires(VIEW, tokens=True)
 def fleet_report(request, fmt: str):
     """The fleet's reports for exactly the nodes the overview's filters select,
     streamed. An invalid filter is a 400 naming it: a download quietly holding more
