@@ -241,7 +241,7 @@ def diagnose_host(
         findings = [_driver_finding(info)]
         findings += [_lost_finding(lost) for lost in info.lost_gpus]
         for device in info.devices:
-            findings.append(_gpu_finding(device, _warn_level(vram_warn_percent)))
+            findings.append(_gpu_finding(device, vram_warn_level(vram_warn_percent)))
             findings += _gpu_health_findings(device, temperature_warn_c)
         findings += _unmatched_xid_findings(unmatched)
         findings += _persistence_findings(info.devices)
@@ -283,7 +283,9 @@ def _processes(runner: Runner, docker: DockerFacts, proc_root: str, info: Info) 
     return busy, processes.attached_idle(containers, inspected, resolve, [d.uuid for d in info.devices])
 
 
-def _warn_level(percent: float) -> float:
+def vram_warn_level(percent: float) -> float:
+    """The VRAM share (%) at which a GPU's finding warns: `percent`, or the default
+    when it is outside 0 < v <= 100. The dashboard's VRAM bars turn amber at the same level."""
     # `not (0 < v <= 100)` also catches NaN.
     try:
         value = float(percent)

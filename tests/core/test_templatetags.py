@@ -30,7 +30,7 @@ def test_it_renders_the_badge_tag_in_templates():
 
 def test_it_renders_bars_with_values_in_text():
     html = vram_bar(1024 * 128, 1024 * 140)
-    assert "128.0 / 140.0 GiB (91 %)" in html and "bar-high" in html and '<rect width="91.4"' in html
+    assert "128.0 / 140.0 GiB (91 %)" in html and "bar-warn" in html and '<rect width="91.4"' in html
     assert "style=" not in html  # the policy forbids inline styles
     assert "bar-muted" in vram_bar(1, 2, True)
     assert "no VRAM reported" in vram_bar(0, 0)

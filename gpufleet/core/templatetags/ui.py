@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 
 from django import template
+from django.conf import settings
 from django.utils.html import format_html
+
+from gpufleet.gpu.diagnosis import vram_warn_level
 
 register = template.Library()
 
@@ -32,15 +35,15 @@ def gib(mib) -> str:
     return f"{int(mib) / 1024:.1f}"
 
 
-def _bar(percent: float | None, text: str, label: str, muted: bool, levels: bool = True) -> str:
-    """A bar with its value as text. With `levels`, a fuller bar turns amber then red
-    (VRAM running out); utilization has no such levels: busy GPUs are the point.
+def _bar(percent: float | None, text: str, label: str, muted: bool, warn_at: float | None = None) -> str:
+    """A bar with its value as text. With `warn_at`, the bar turns amber from that
+    percentage (VRAM running out); utilization has no level: busy GPUs are the point.
     The fill is an SVG rect sized by its width attribute, never a style attribute,
     which the Content-Security-Policy forbids."""
     width = 0.0 if percent is None else max(0.0, min(100.0, percent))
     level = "neutral"
-    if levels and percent is not None:
-        level = "high" if percent >= 90 else "mid" if percent >= 70 else "low"
+    if warn_at is not None and percent is not None:
+        level = "warn" if percent >= warn_at else "low"
     return format_html(
         '<span class="bar{}" role="img" aria-label="{}: {}">'
         '<span class="bar-track"><svg class="bar-fill bar-{}" viewBox="0 0 100 1" preserveAspectRatio="none" '
@@ -57,18 +60,20 @@ def _bar(percent: float | None, text: str, label: str, muted: bool, levels: bool
 
 @register.simple_tag
 def vram_bar(used_mib, total_mib, muted: bool = False) -> str:
-    """VRAM as a bar with its values in text: "12.0 / 140.4 GiB"."""
+    """VRAM as a bar with its values in text: "12.0 / 140.4 GiB". Amber where the GPU's
+    VRAM finding warns (GPUFLEET_VRAM_WARN_PERCENT, as the doctor reads it)."""
     if not total_mib:
         return format_html('<span class="muted">{}</span>', "no VRAM reported")
     percent = 100.0 * (used_mib or 0) / total_mib
-    return _bar(percent, f"{gib(used_mib)} / {gib(total_mib)} GiB ({percent:.0f} %)", "VRAM used", muted)
+    warn_at = vram_warn_level(settings.GPUFLEET_VRAM_WARN_PERCENT)
+    return _bar(percent, f"{gib(used_mib)} / {gib(total_mib)} GiB ({percent:.0f} %)", "VRAM used", muted, warn_at)
 
 
 @register.simple_tag
 def pct_bar(percent, label: str = "Utilization", muted: bool = False) -> str:
     if percent is None:
         return format_html('<span class="muted" title="{}">{}</span>', label, "n/a")
-    return _bar(float(percent), f"{float(percent):.0f} %", label, muted, levels=False)
+    return _bar(float(percent), f"{float(percent):.0f} %", label, muted)
 
 
 @register.filter
