@@ -11,19 +11,25 @@ real node of the same name is never touched."""
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from time import monotonic, sleep
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from gpufleet import gpu
 from gpufleet.claims import services as claims
 from gpufleet.fleet.models import Node, NodeCredential
 from gpufleet.wire import build_snapshot
+
+log = logging.getLogger(__name__)
 
 PREFIX = "sim-"
 # Claims made by the simulator are saved by this user, which owns nothing else.
@@ -179,6 +185,46 @@ def send_round(nodes: Sequence[SimulatedNode], send: Callable[[dict], None], at:
         send(snapshot(node, at, tick))
         sent += 1
     return sent
+
+
+# After the broker refused a round, wait this long before the next try, doubling up to
+# the most: the agents' workers keep trying too, and a restarted Redis is back in seconds.
+RETRY_FIRST_S, RETRY_MOST_S = 1.0, 32.0
+
+
+def run(
+    nodes: Sequence[SimulatedNode],
+    send: Callable[[dict], None],
+    interval: float,
+    *,
+    once: bool = False,
+    say: Callable[[str], None],
+    after_first_round: Callable[[int], None],
+) -> None:
+    """Send a round every `interval` seconds until interrupted, or one with `once`. A round
+    the broker refused (down, restarting) is logged and sent again, with fresh timestamps,
+    after a wait that doubles up to RETRY_MOST_S; with `once` the error is raised instead:
+    a one-off run says at once that it could not send."""
+    tick, delay = 0, RETRY_FIRST_S
+    while True:
+        started = monotonic()
+        try:
+            sent = send_round(nodes, send, timezone.now(), tick)
+        except OperationalError as exc:
+            if once:
+                raise
+            log.warning("round %d: the broker is unreachable (%s); trying again in %.0f s", tick, exc, delay)
+            sleep(delay)
+            delay = min(2 * delay, RETRY_MOST_S)
+            continue
+        delay = RETRY_FIRST_S
+        say(f"round {tick}: sent {sent} snapshot(s) in {monotonic() - started:.1f} s")
+        if tick == 0:
+            after_first_round(sent)
+        if once:
+            return
+        tick += 1
+        sleep(max(0.0, interval - (monotonic() - started)))
 
 
 def add_claims(nodes: Sequence[SimulatedNode], percent: int, seed: int = 0) -> int:

@@ -15,6 +15,7 @@ from gpufleet.fleet.models import Node, NodeCredential
 from gpufleet.ingest import simulation
 from gpufleet.ingest.services import ingest_snapshot
 from tests.factories import ingest
+from tests.integration.conftest import own_redis  # noqa: F401  (a redis-server of the test's own)
 
 pytestmark = pytest.mark.django_db
 
@@ -113,3 +114,38 @@ def test_an_unreachable_broker_is_a_clear_error(monkeypatch, settings):
     monkeypatch.setattr(app, "send_task", refuse)
     with pytest.raises(CommandError, match="cannot reach the broker"):
         call_command("simulate", "--nodes", "2", "--once")
+
+
+def test_it_keeps_sending_through_a_broker_outage_as_the_workers_do(own_redis, capsys, caplog, monkeypatch):  # noqa: F811
+    """The broker is killed after the first round and started again after a try has
+    failed: the command logs it, waits, reconnects and sends the next round (stopped
+    then by Ctrl-C, as a person stops it)."""
+    from kombu.exceptions import OperationalError
+
+    from gpufleet.celery import app
+
+    real_send = app.send_task
+    sent, refused = [], []
+
+    def send_task(*args, **kwargs):
+        if len(sent) == 4:
+            raise KeyboardInterrupt  # in the third round
+        if own_redis.proc.poll() is not None and refused:
+            own_redis.start()  # the outage ends after the command has tried at least once
+        try:
+            real_send(*args, **kwargs)
+        except OperationalError:
+            refused.append(args[0])
+            raise
+        sent.append(args[0])
+        if len(sent) == 2:
+            own_redis.kill()  # after the first round: a Redis outage
+
+    monkeypatch.setattr(app, "send_task", send_task)
+    call_command("simulate", "--nodes", "2", "--interval", "0.1", "--wait", "0", "--claims-percent", "0")
+
+    out = capsys.readouterr().out
+    assert "round 0: sent 2 snapshot(s)" in out and "round 1: sent 2 snapshot(s)" in out and "stopped" in out
+    assert refused and "the broker is unreachable" in caplog.text
+    # Both rounds reached the broker: the first survived in its append-only file.
+    assert own_redis.client().llen("ingest") == 4

@@ -1,5 +1,6 @@
 """`manage.py simulate --nodes N [--interval S] [--once]`: simulated agents that report
-through the real broker to the real ingest worker; `--remove` deletes them."""
+through the real broker to the real ingest worker, and ride out a broker outage as the
+agents do; `--remove` deletes them."""
 
 from __future__ import annotations
 
@@ -54,20 +55,13 @@ class Command(BaseCommand):
             auth = wire.sign(keys[name], name, wire.TO_CENTRE, wire.INGEST_TASK, args) if name in keys else None
             app.send_task(wire.INGEST_TASK, args=args, kwargs={"auth": auth}, queue=wire.INGEST_QUEUE)
 
-        tick = 0
         try:
-            while True:
-                started = time.monotonic()
-                sent = simulation.send_round(fleet, send, timezone.now(), tick)
-                self.stdout.write(f"round {tick}: sent {sent} snapshot(s) in {time.monotonic() - started:.1f} s")
-                if tick == 0:
-                    self._after_first_round(fleet, sent, claims_percent, seed, wait)
-                if once:
-                    return
-                tick += 1
-                time.sleep(max(0.0, interval - (time.monotonic() - started)))
-        except OperationalError as exc:
-            raise CommandError(f"cannot reach the broker at {settings.CELERY_BROKER_URL}: {exc}") from None
+            simulation.run(
+                fleet, send, interval, once=once, say=self.stdout.write,
+                after_first_round=lambda sent: self._after_first_round(fleet, sent, claims_percent, seed, wait),
+            )
+        except OperationalError as exc:  # with --once only: a long run waits for the broker
+            raise CommandError(f"cannot reach the broker at {app.connection_for_write().as_uri()}: {exc}") from None
         except KeyboardInterrupt:
             self.stdout.write("stopped; `manage.py simulate --remove` deletes the simulated nodes")
 
