@@ -34,6 +34,12 @@ class ApiError(Exception):
         return cls(CLAIM_STATUS.get(exc.code, CONFLICT), exc.code, exc.message, field)
 
 
+def unsupported_media_type(content_type: str) -> ApiError:
+    """A body sent as anything but JSON (a form post, say): 415, saying what to send."""
+    sent = content_type or "no Content-Type"
+    return ApiError(415, "unsupported_media_type", f"send the body as JSON (Content-Type: application/json), not {sent}")
+
+
 def error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
     body = {"code": code, "message": message, **({"field": field} if field else {})}
     return JsonResponse({"error": body}, status=status)

@@ -13,16 +13,18 @@ from django.contrib.auth import get_user_model
 from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse, QueryDict
+from django.http.request import RawPostDataException
 from django.urls import reverse
 from django.views.csrf import csrf_failure as django_csrf_failure
 from ninja import NinjaAPI, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
 from ninja.responses import Response
 
 from gpufleet import gpu
 from gpufleet.api import serializers
 from gpufleet.api.auth import Refused, SessionAuth, TokenAuth
-from gpufleet.api.errors import ApiError, answer, error
+from gpufleet.api.errors import ApiError, answer, error, unsupported_media_type
 from gpufleet.api.schemas import ClaimIn, ClaimUpdate
 from gpufleet.claims import services
 from gpufleet.claims.filters import ClaimFilter
@@ -67,6 +69,17 @@ VERSION = {
 }
 
 
+class JsonParser(Parser):
+    """Request bodies are JSON; one without a Content-Type is read as JSON too. Any other
+    media type is refused by name (415), never misread as JSON."""
+
+    def parse_body(self, request: HttpRequest) -> dict:
+        media = request.content_type or ""
+        if media and media != "application/json" and not media.endswith("+json"):
+            raise unsupported_media_type(media)
+        return super().parse_body(request)
+
+
 class Api(NinjaAPI):
     def get_openapi_schema(self, **kwargs):
         """HEAD is implied by every GET; listing it would repeat each read's operation id."""
@@ -82,6 +95,7 @@ api = Api(
     description=__doc__,
     urls_namespace="api",
     auth=[TokenAuth(), SessionAuth()],
+    parser=JsonParser(),
     # Served by the endpoints below, behind the same login as the rest of the API.
     openapi_url=None,
     # No call to an outside validator: fleets are often air-gapped.
@@ -114,8 +128,17 @@ def _no_login(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
 
 @api.exception_handler(HttpError)
 def _unreadable_body(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    # Apart from auth, ninja raises HttpError itself only for a body it cannot parse (400).
+    # Apart from auth, ninja raises HttpError itself only for a body it cannot parse (400),
+    # wrapping what the parser raised: JsonParser's refusal keeps its own answer.
+    if isinstance(exc.__cause__, ApiError):
+        return answer(exc.__cause__)
     return error(exc.status_code, "bad_json", f"the request body is not valid JSON: {exc.__cause__ or exc}")
+
+
+@api.exception_handler(RawPostDataException)
+def _form_body(request: HttpRequest, exc: RawPostDataException) -> HttpResponse:
+    # The session's CSRF check read a multipart body as a form, so it was never JSON.
+    return answer(unsupported_media_type(request.content_type))
 
 
 @api.exception_handler(ValidationError)
