@@ -18,6 +18,7 @@ from gpufleet.fleet.models import Finding
 # The findings this view is about, by code, in the words the node page uses.
 KINDS = {
     "use-unclaimed": "Used but unclaimed",
+    "attached-unclaimed": "Attached but unclaimed",
     "use-misplaced": "Running outside its claim",
     "claim-idle": "Claimed but idle",
 }

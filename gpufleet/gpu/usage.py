@@ -34,19 +34,33 @@ class IdleRule:
 
 
 def claim_use_findings(ledger: Ledger, idle: Iterable[int] = (), rule: IdleRule = IdleRule()) -> list[Finding]:
-    """"Used but unclaimed", "in the wrong place" and "claimed but idle" for one
-    node (`idle`: the indexes of the GPUs idle for the rule's hours); none when the
-    claims and the work on the GPUs agree."""
+    """"Used but unclaimed", "attached but unclaimed", "in the wrong place" and
+    "claimed but idle" for one node (`idle`: the indexes of the GPUs idle for the
+    rule's hours); none when the claims and the work on the GPUs agree."""
     found = []
-    if unclaimed := ledger.unclaimed_use():
+    unclaimed = ledger.unclaimed_use()
+    # In use is what the rule calls work; a GPU that only has a container attached
+    # is held (Docker gave it out) but not used: said apart, in those words.
+    if in_use := [d for d in unclaimed if rule.busy(d)]:
         found.append(
             Finding(
                 "use-unclaimed",
                 "Used but unclaimed",
                 Status.WARN,
-                f"{_count(len(unclaimed), 'GPU')} in use that no claim holds: "
-                + _listed([f"GPU {d.index} ({_who(d)})" for d in unclaimed]),
+                f"{_count(len(in_use), 'GPU')} in use that no claim holds: "
+                + _listed([f"GPU {d.index} ({_who(d)})" for d in in_use]),
                 "Add a claim for the workload (or pin its GPUs in an existing claim), or stop it.",
+            )
+        )
+    if attached := [d for d in unclaimed if not rule.busy(d)]:
+        found.append(
+            Finding(
+                "attached-unclaimed",
+                "Attached but unclaimed",
+                Status.WARN,
+                f"{_count(len(attached), 'GPU')} with a container attached, idle, that no claim holds: "
+                + _listed([f"GPU {d.index} ({_containers(d.attached_idle)})" for d in attached]),
+                "Add a claim for the container's GPUs, or stop the container if it is not needed.",
             )
         )
     if misplaced := ledger.misplaced():
@@ -82,9 +96,14 @@ def _gpus(indexes: tuple[int, ...]) -> str:
 
 def _who(device: Device) -> str:
     names = dict.fromkeys(
-        [_process(p) for p in device.processes] + [f"container {c.name}, idle" for c in device.attached_idle]
+        [_process(p) for p in device.processes] + [f"container {c.name}, attached, idle" for c in device.attached_idle]
     )
     return ", ".join(list(names)[:3]) + (" …" if len(names) > 3 else "")
+
+
+def _containers(containers) -> str:
+    names = list(dict.fromkeys(f"container {c.name}" for c in containers))
+    return ", ".join(names[:3]) + (" …" if len(names) > 3 else "")
 
 
 def _process(process: GpuProcess) -> str:

@@ -52,7 +52,7 @@ def fleet(operator):
 
 def _rows(html: str) -> list[tuple[str, str]]:
     """(node, kind) per table row."""
-    return re.findall(r'<td><a href="/nodes/[^"]+/">([^<]+)</a></td>\s*<th scope="row"><span[^>]*>([^<]+)</span>', html)
+    return re.findall(r'<td[^>]*><a href="/nodes/[^"]+/">([^<]+)</a></td>\s*<th scope="row"><span[^>]*>([^<]+)</span>', html)
 
 
 def test_it_lists_each_kind_of_disagreement_by_node(viewer_client, fleet):
@@ -67,6 +67,22 @@ def test_it_lists_each_kind_of_disagreement_by_node(viewer_client, fleet):
     ]
     assert "GPU 2 (container trainer)" in html and "claim &#x27;train&#x27; holds other GPUs" in html
     assert "&#x27;notebooks&#x27; (GPUs 0, 1, 2, 3)" in html
+
+
+def test_a_container_attached_to_an_unclaimed_gpu_and_idle_is_attached_not_in_use(viewer_client):
+    snap = snapshot("delta", 2)
+    for device in snap["devices"]:
+        device["utilization_percent"] = 0
+    snap["devices"][1]["attached_idle"] = [{**BOX, "name": "notebook"}]
+    ingest_snapshot(snap)
+    html = viewer_client.get("/claims/use/").content.decode()
+    assert _rows(html) == [("delta", "Attached but unclaimed")]
+    assert "1 GPU with a container attached, idle, that no claim holds: GPU 1 (container notebook)" in html
+    assert "in use" not in html[html.index('id="use-table"'):]
+    assert _rows(viewer_client.get("/claims/use/?kind=attached-unclaimed").content.decode()) == [
+        ("delta", "Attached but unclaimed")
+    ]
+    assert _rows(viewer_client.get("/claims/use/?kind=use-unclaimed").content.decode()) == []
 
 
 def test_it_filters_by_kind_and_node_and_sorts_both_ways(viewer_client, fleet):

@@ -84,12 +84,31 @@ def test_the_claim_label_is_read_from_the_engine_list_one_line_and_clipped():
     assert found["c" * 64].claim is None
 
 
-def test_a_container_attached_idle_is_use_too():
+def test_a_container_attached_idle_is_attached_idle_not_use():
     info = node({}, idle={1: [container("notebook", "nightly")]})
     found = findings(info)
-    assert "GPU 1 (container notebook, idle)" in found["use-unclaimed"].message
+    assert "use-unclaimed" not in found
+    attached = found["attached-unclaimed"]
+    assert attached.name == "Attached but unclaimed" and attached.status == Status.WARN
+    assert attached.message == "1 GPU with a container attached, idle, that no claim holds: GPU 1 (container notebook)"
     assert "container notebook on GPU 1: no claim named 'nightly' on this node" in found["use-misplaced"].message
     assert findings(info, Claim("nightly", device_ids=("1",))) == {}
+    # A count covers an attached GPU as it covers a busy one.
+    assert "attached-unclaimed" not in findings(info, Claim("eval", count=1))
+
+
+def test_a_gpu_at_work_with_an_attached_container_is_in_use():
+    """No process seen, but utilization at the idle rule's threshold: that is work (a
+    process in another PID namespace, say), whatever container is attached."""
+    at_work = Device(1, UUIDS[1], "NVIDIA H100", 81559, 0, 60, attached_idle=(container("notebook"),))
+    idle = Device(2, UUIDS[2], "NVIDIA H100", 81559, 0, 0, attached_idle=(container("shell"),))
+    busy = Device(3, UUIDS[3], "NVIDIA H100", 81559, 0, 0, processes=(on(3),), attached_idle=(container("debug"),))
+    info = Info(present=True, driver_version="570.133.20", devices=(at_work, idle, busy), runtime_installed=True)
+    found = findings(info)
+    assert found["use-unclaimed"].message == ("2 GPUs in use that no claim holds: GPU 1 (container notebook, attached,"
+                                              " idle); GPU 3 (python3 (pid 100), container debug, attached, idle)")
+    assert found["attached-unclaimed"].message == ("1 GPU with a container attached, idle, that no claim holds:"
+                                                   " GPU 2 (container shell)")
 
 
 # --- Claimed but idle ----------------------------------------------------------
