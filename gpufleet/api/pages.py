@@ -7,39 +7,48 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods
 
 from gpufleet.api.forms import TokenForm
 from gpufleet.api.models import ApiToken
 from gpufleet.core.access import VIEW, requires
 
+# Where a new token's secret waits in the session for the page that shows it, once.
+NEW_TOKEN_KEY = "api_new_token"
 
-# never_cache: the answer to a POST shows a secret that must not linger in any cache.
+
+# never_cache: the page after a creation shows a secret that must not linger in any cache.
 @never_cache
 @require_http_methods(["GET", "POST"])
 @requires(VIEW)
 def tokens(request: HttpRequest) -> HttpResponse:
-    """The user's live tokens and a form for a new one. The new token's secret is shown
-    in the answer to that POST, once: it is stored only as a digest."""
-    form = TokenForm(request.POST or None)
-    created = secret = None
+    """The user's live tokens and a form for a new one. A creation redirects back here
+    (so a reload makes nothing twice) and this page shows the new secret, once: it is
+    stored only as a digest, and kept in the session only until this page pops it."""
+    form = TokenForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         created, secret = ApiToken.issue(request.user, form.cleaned_data["name"], form.cleaned_data["scope"])
-        form = TokenForm()
+        request.session[NEW_TOKEN_KEY] = {"name": created.name, "secret": secret}
+        return redirect("tokens:list")
+    new = request.session.pop(NEW_TOKEN_KEY, {}) if request.method == "GET" else {}
     context = {
         "form": form,
-        "created": created,
-        "secret": secret,
+        "created_name": new.get("name"),
+        "secret": new.get("secret"),
         "tokens": ApiToken.objects.filter(user=request.user, revoked_at__isnull=True),
     }
     return render(request, "api/tokens.html", context)
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @requires(VIEW)
 def revoke(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET (or a POST without confirm=yes): the confirmation page. POST with confirm=yes:
+    revoke, and back to the list."""
     # Only the user's own live tokens: anyone else's is "not found", never "forbidden".
     token = get_object_or_404(ApiToken, pk=pk, user=request.user, revoked_at__isnull=True)
+    if request.method == "GET" or request.POST.get("confirm") != "yes":
+        return render(request, "api/token_confirm_revoke.html", {"token": token})
     token.revoke(request.user)
     messages.success(request, f"Token {token.name} revoked; requests using it now get 401.")
     return redirect("tokens:list")
