@@ -27,6 +27,7 @@ from gpufleet.gpu.devices import (
     parse_mig_list,
     parse_smi,
     pci_address,
+    uuid_key,
 )
 from gpufleet.gpu.diagnosis import (
     CDI_ENABLE_HINT,
@@ -148,5 +149,6 @@ __all__ = [
     "place",
     "pci_address",
     "smi_failure_remedy",
+    "uuid_key",
     "xid_code",
 ]

@@ -288,6 +288,12 @@ def _process_from_dict(gpu_uuid: str, data: dict) -> GpuProcess:
     return GpuProcess(gpu_uuid, data["pid"], data["name"], data.get("used_mib"), container)
 
 
+def uuid_key(uuid: str) -> str:
+    """A GPU or MIG UUID as claims name it: trimmed, in any case. Two devices of a node
+    with the same key would let a claim pinned by one hold the other."""
+    return uuid.strip().lower()
+
+
 # "00000000:9B:00.0" (nvidia-smi), "0000:9b:00" (Xid lines), "0000:b3:00.0" (kernel):
 # domain, bus and device compare; the function number does not.
 _PCI = re.compile(r"(?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?", re.ASCII)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpufleet.gpu.devices import Device, Info
+from gpufleet.gpu.devices import Device, Info, uuid_key
 from gpufleet.gpu.processes import Container
 
 
@@ -136,12 +136,12 @@ class Ledger:
         """The device an id names: its index ("3"), its UUID or the UUID of one of its
         MIG slices (any case), trimmed. A slice resolves to its GPU: the ledger books
         whole GPUs, so a claim on a slice holds the GPU it is cut from."""
-        wanted = device_id.strip()
+        wanted = uuid_key(device_id)
         for device in self.info.devices:
             if wanted.isascii() and wanted.isdigit():
                 if device.index == int(wanted):
                     return device
-            elif wanted.lower() in (device.uuid.lower(), *(m.uuid.lower() for m in device.mig_devices)):
+            elif wanted in (uuid_key(device.uuid), *(uuid_key(m.uuid) for m in device.mig_devices)):
                 return device
         return None
 
