@@ -53,7 +53,25 @@ _ONE_LINE = r"^[^\x00-\x1f\x7f]*$"
 # to these (fit_snapshot), so the site never has to reject a real host's snapshot.
 TEXT_MAX, LINE_MAX, CODE_MAX = 4000, 200, 64
 CDI_SPEC_FILES_MAX, CDI_SPEC_PATH_MAX, CDI_DEVICES_MAX = 256, 4096, 4096
-DEVICES_MAX, FINDINGS_MAX = 1024, 2048
+# What one node may report, in all as well as per GPU: the largest real hosts with
+# room to spare (16 GPUs in the largest DGX, 32 behind PCIe switches; MIG cuts a GPU
+# into at most 7 slices, and no host has more than 16 MIG-capable GPUs). One node
+# reporting a thousand GPUs once slowed every page that reads GPUs, fleet-wide.
+GPUS_PER_NODE_MAX = 32
+MIG_SLICES_PER_GPU_MAX, MIG_SLICES_PER_NODE_MAX = 7, 16 * 7
+PROCESSES_PER_GPU_MAX, PROCESSES_PER_NODE_MAX = 64, 512
+CONTAINERS_PER_GPU_MAX, CONTAINERS_PER_NODE_MAX = 64, 256  # attached and idle
+XIDS_PER_GPU_MAX, XIDS_PER_NODE_MAX = 64, 256  # distinct Xid codes
+# The doctor writes at most five findings a GPU, one for each lost or unlisted GPU and a
+# few for the host: eight a GPU leaves room.
+FINDINGS_MAX = 8 * GPUS_PER_NODE_MAX
+# A GPU's lists: the key, at most on one GPU, at most on the node, what they are.
+DEVICE_LISTS = (
+    ("mig_devices", MIG_SLICES_PER_GPU_MAX, MIG_SLICES_PER_NODE_MAX, "MIG slices"),
+    ("xid_errors", XIDS_PER_GPU_MAX, XIDS_PER_NODE_MAX, "Xid codes"),
+    ("processes", PROCESSES_PER_GPU_MAX, PROCESSES_PER_NODE_MAX, "processes"),
+    ("attached_idle", CONTAINERS_PER_GPU_MAX, CONTAINERS_PER_NODE_MAX, "idle containers"),
+)
 _Text = Annotated[str, Field(max_length=TEXT_MAX, pattern=_NO_CONTROL)]
 _Line = Annotated[str, Field(max_length=LINE_MAX, pattern=_ONE_LINE)]
 _Code = Annotated[str, Field(min_length=1, max_length=CODE_MAX, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
@@ -133,10 +151,10 @@ class DeviceIn(BaseModel):
     remapped_rows_failure: bool | None = None
     throttle_reasons: list[Literal[gpu.THROTTLE_REASONS]] | None = None  # type: ignore[valid-type]
     mig_mode: bool | None = None
-    mig_devices: Annotated[list[MigDeviceIn], Field(max_length=64)] = []
-    xid_errors: Annotated[list[XidCountIn], Field(max_length=64)] = []
-    processes: Annotated[list[ProcessIn], Field(max_length=64)] = []
-    attached_idle: Annotated[list[ContainerIn], Field(max_length=64)] = []
+    mig_devices: Annotated[list[MigDeviceIn], Field(max_length=MIG_SLICES_PER_GPU_MAX)] = []
+    xid_errors: Annotated[list[XidCountIn], Field(max_length=XIDS_PER_GPU_MAX)] = []
+    processes: Annotated[list[ProcessIn], Field(max_length=PROCESSES_PER_GPU_MAX)] = []
+    attached_idle: Annotated[list[ContainerIn], Field(max_length=CONTAINERS_PER_GPU_MAX)] = []
 
     def as_dict(self) -> dict:
         """model_dump()'s dict (gpu.Device.to_dict's keys) at a third of its cost: the plain
@@ -165,7 +183,7 @@ class Snapshot(BaseModel):
     collected_at: datetime
     present: bool
     driver_version: Annotated[str, Field(max_length=64, pattern=_ONE_LINE)]
-    devices: Annotated[list[DeviceIn], Field(max_length=DEVICES_MAX)]
+    devices: Annotated[list[DeviceIn], Field(max_length=GPUS_PER_NODE_MAX)]
     runtime_installed: bool
     toolkit_version: _Line
     cdi_spec_files: Annotated[
@@ -195,9 +213,13 @@ class Snapshot(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Snapshot:
-        uuids = [d.uuid.lower() for d in self.devices]
-        if len(set(uuids)) != len(uuids):
-            raise ValueError("a GPU UUID appears twice")
+        # Compared as claims name them: a slice with another GPU's UUID would let a
+        # claim pinned by that UUID hold the wrong GPU.
+        seen: set[str] = set()
+        for uuid in (u for d in self.devices for u in (d.uuid, *(m.uuid for m in d.mig_devices))):
+            if gpu.uuid_key(uuid) in seen:
+                raise ValueError(f"the GPU or MIG UUID {uuid.strip()!r} appears twice (UUIDs compare trimmed, in any case)")
+            seen.add(gpu.uuid_key(uuid))
         indexes = [d.index for d in self.devices]
         if len(set(indexes)) != len(indexes):
             raise ValueError("a GPU index appears twice")
@@ -206,6 +228,9 @@ class Snapshot(BaseModel):
             raise ValueError("a finding code appears twice")
         if self.devices and not self.present:
             raise ValueError("devices listed although present is false")
+        for key, _, per_node, what in DEVICE_LISTS:
+            if (total := sum(len(getattr(d, key)) for d in self.devices)) > per_node:
+                raise ValueError(f"{total} {what} on the node: a node may report at most {per_node}")
         return self
 
 
@@ -318,13 +343,19 @@ def fit_snapshot(data: dict) -> dict:
         _text(d, LINE_MAX, one_line=True)
         for d in clip_list("cdi_devices", data["cdi_devices"], CDI_DEVICES_MAX, "CDI devices")
     ]
-    data["devices"] = clip_list("devices", data["devices"], DEVICES_MAX, "GPUs")
+    data["devices"] = clip_list("devices", data["devices"], GPUS_PER_NODE_MAX, "GPUs")
+    for key, per_gpu, per_node, what in DEVICE_LISTS:
+        # Each GPU to its own bound, then the node to its: the first GPUs keep theirs.
+        reported = kept = 0
+        for device in data["devices"]:
+            items = clip_list(key, device.get(key, []), per_gpu, f"{what} on GPU {device['index']}")
+            reported += len(items)
+            device[key] = items[: max(0, per_node - kept)]
+            kept += len(device[key])
+        if reported > kept:
+            cuts.append(f"{reported} {what} on the node, kept {kept}")
     for device in data["devices"]:
         device["name"] = _text(device["name"], LINE_MAX, one_line=True)
-        device["mig_devices"] = clip_list("mig_devices", device.get("mig_devices", []), 64, "MIG slices")
-        device["xid_errors"] = clip_list("xid_errors", device.get("xid_errors", []), 64, "Xid codes")
-        device["processes"] = clip_list("processes", device.get("processes", []), 64, "processes")
-        device["attached_idle"] = clip_list("attached_idle", device.get("attached_idle", []), 64, "idle containers")
         for process in device["processes"]:
             process["name"] = _text(process["name"], LINE_MAX, one_line=True)
     findings = clip_list("findings", data["findings"], FINDINGS_MAX - 1, "findings")

@@ -56,7 +56,7 @@ def test_it_stores_an_8_gpu_node():
 
 
 @pytest.mark.parametrize("findings_changed", [False, True])
-@pytest.mark.parametrize("gpus", [1, 8, 64])
+@pytest.mark.parametrize("gpus", [1, 8, wire.GPUS_PER_NODE_MAX])
 def test_it_uses_a_fixed_number_of_statements_whatever_the_gpu_count(gpus, findings_changed):
     first = snapshot("n", gpus=gpus)
     ingest_snapshot(first)

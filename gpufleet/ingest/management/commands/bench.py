@@ -114,7 +114,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--nodes", type=int, default=1000, help="fleet size for the pages and /metrics")
         parser.add_argument("--ingest", type=int, default=500, help="snapshots per ingest figure")
-        parser.add_argument("--gpus", type=int, default=8)
+        parser.add_argument("--gpus", type=int, default=8, choices=range(1, wire.GPUS_PER_NODE_MAX + 1),
+                            metavar=f"1..{wire.GPUS_PER_NODE_MAX}", help="GPUs per node (at most what a node may report)")
         parser.add_argument("--repeat", type=int, default=5, help="requests per page figure (median)")
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
@@ -178,7 +179,7 @@ class Command(BaseCommand):
     def _statements_per_snapshot(self) -> None:
         t0 = datetime.now(UTC) - timedelta(hours=1)
         counts = {}
-        for gpus in (1, 8, 64):
+        for gpus in (1, 8, wire.GPUS_PER_NODE_MAX):
             name = f"stmt-{gpus}"
             ingest_snapshot(_snapshot(name, gpus, t0))
             with CaptureQueriesContext(connection) as ctx:
@@ -488,7 +489,8 @@ class Command(BaseCommand):
         out = self.stdout.write
         out(f"gpufleet bench: {f['nodes']} nodes x {f['gpus_per_node']} GPUs on {f['engine']}, "
             f"ingest sample {f['ingest_sample']} snapshots, median of {f['repeat']}, {f['measured_at']}")
-        out(f"SQL statements per snapshot (1, 8, 64 GPUs): {', '.join(map(str, f['sql_statements_per_snapshot'].values()))}")
+        counts = f["sql_statements_per_snapshot"]
+        out(f"SQL statements per snapshot ({', '.join(counts)} GPUs): {', '.join(map(str, counts.values()))}")
         out("")
         out("| figure | value | peer / floor | peer value | ratio |")
         out("| --- | --- | --- | --- | --- |")
