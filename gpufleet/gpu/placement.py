@@ -140,7 +140,7 @@ def _try(request: PlacementRequest, candidate: Candidate) -> Fit | RuledOut:
             return RuledOut(name, NO_MODEL, f"no GPU of model {request.model!r}")
         unpinned = [d for d in roomy if ledger.holder_of(d.index) is None]
         if devices and not roomy:
-            return RuledOut(name, LOW_VRAM, f"not enough free VRAM: no GPU has {request.min_free_vram_mib} MiB free")
+            return RuledOut(name, LOW_VRAM, f"not enough free VRAM: no GPU has {_gib(request.min_free_vram_mib)} GiB free")
         wanted = sorted(unpinned, key=lambda d: -(free_vram_mib(d) or 0))[: request.count]
         if devices and len(wanted) < request.count:
             return _too_few(name, min(len(unpinned), ledger.free), len(devices))
@@ -156,6 +156,11 @@ def _try(request: PlacementRequest, candidate: Candidate) -> Fit | RuledOut:
         return RuledOut(name, error.code, str(error))
     gpus = ledger.total if request.all else request.count
     return Fit(name, gpus, ledger.free - gpus, sum(free_vram_mib(d) or 0 for d in wanted), probe.device_ids)
+
+
+def _gib(mib: int) -> str:
+    """In GiB, the unit people ask in (the find-a-node form): 40960 -> "40", 81408 -> "79.5"."""
+    return f"{round(mib / 1024, 1):g}"
 
 
 def _too_few(name: str, free: int, total: int) -> RuledOut:

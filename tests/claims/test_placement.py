@@ -116,6 +116,19 @@ def test_the_page_answers_without_javascript_and_offers_claim_here(operator_clie
     assert "no GPU of that model: 2" in html and "offline: 1" in html
 
 
+def test_the_answer_is_in_gib_as_the_question_was(viewer_client, operator):
+    mixed_fleet(operator)
+    html = viewer_client.get("/claims/find/", {"count": "2", "model": "A100", "min_free_vram_gib": "40"},
+                             **HTMX).content.decode()
+    assert "MiB" not in html
+    assert re.search(r'<th scope="col">Free VRAM \(GiB\)</th>', html)
+    # a100-two: two GPUs of 81,920 MiB with 1,024 used.
+    assert re.search(r"<td[^>]*>158\.0</td>", html)
+    assert "not enough free VRAM: no GPU has 40 GiB free" in html
+    half = viewer_client.get("/claims/find/", {"count": "2", "min_free_vram_gib": "79.5"}, **HTMX).content.decode()
+    assert "no GPU has 79.5 GiB free" in half
+
+
 def test_htmx_gets_the_answer_alone(viewer_client, operator):
     mixed_fleet(operator)
     response = viewer_client.get("/claims/find/", {"count": "1"}, **HTMX)
