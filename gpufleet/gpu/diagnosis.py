@@ -121,6 +121,16 @@ def docker_unreachable_remedy(url: str = "") -> str:
     )
 
 
+# The fixes that are one shell command, to copy and run as they stand; every other fix
+# is advice in words (which may quote a command among other steps).
+COMMAND_FIXES = frozenset({INSTALL_COMMAND, CDI_GENERATE_COMMAND, PERSISTENCE_COMMAND})
+
+
+def fix_is_command(fix: str) -> bool:
+    """Whether a finding's fix (as stored or reported) is a command rather than advice."""
+    return fix.strip() in COMMAND_FIXES
+
+
 @dataclass(frozen=True)
 class Finding:
     """One diagnosed aspect of a host's GPU setup. `fix` is a command or remedy, or empty."""
@@ -134,6 +144,10 @@ class Finding:
     def __post_init__(self) -> None:
         # Accept the plain strings too, and refuse anything outside the vocabulary.
         object.__setattr__(self, "status", Status(self.status))
+
+    @property
+    def fix_is_command(self) -> bool:
+        return fix_is_command(self.fix)
 
     def to_dict(self) -> dict:
         data = {

@@ -339,20 +339,28 @@ def test_it_copies_a_fix_to_the_clipboard(page, fleet, viewer, live_server):
     # reads back what the button really wrote (not only its "Copied" label).
     page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server.url)
     log_in(page, viewer)
-    page.goto(f"/nodes/{SPEC}/")
-    fix = Finding.objects.get(node__name=SPEC, code="cdi")
-    assert fix.status == "warn" and fix.fix
-    finding = page.locator("#findings li.finding", has=page.locator("code", has_text=re.compile("^cdi$")))
-    expect(finding).to_contain_text(f"CDI spec {CDI_SPEC_FILE} exists but Docker lists no CDI devices")
+    page.goto(f"/nodes/{BROKEN}/")
+    fix = Finding.objects.get(node__name=BROKEN, code="toolkit")
+    assert fix.status == "warn" and fix.fix == gpu.INSTALL_COMMAND
+    finding = page.locator("#findings li.finding", has=page.locator("code", has_text=re.compile("^toolkit$")))
+    expect(finding).to_contain_text("NVIDIA Container Toolkit not found")
     expect(finding.locator("code.fix-cmd")).to_have_text(fix.fix)
 
     # By its target, not its label: the label changes to "Copied" and back.
-    button = finding.locator("button.copy[data-copy='fix-cdi']")
+    button = finding.locator("button.copy[data-copy='fix-toolkit']")
     expect(button).to_have_text("Copy")
     button.click()
     expect(button).to_have_text("Copied")
     assert page.evaluate("navigator.clipboard.readText()") == fix.fix
     expect(button).to_have_text("Copy")  # the label comes back
+
+    # Advice is not a command: it reads as a sentence, with nothing to copy.
+    page.goto(f"/nodes/{SPEC}/")
+    advice = page.locator("#findings li.finding", has=page.locator("code", has_text=re.compile("^cdi$")))
+    expect(advice).to_contain_text(f"CDI spec {CDI_SPEC_FILE} exists but Docker lists no CDI devices")
+    expect(advice.locator(".fix-advice")).to_have_text(gpu.CDI_ENABLE_HINT)
+    expect(advice.locator("code.fix-cmd")).to_have_count(0)
+    expect(advice.locator("button.copy")).to_have_count(0)
 
 
 def test_it_applies_an_allowed_fix_only_after_confirming(page, fleet, admin_user, broker_here):
@@ -506,7 +514,7 @@ def test_it_exports_each_format_from_the_node_and_the_fleet_page(page, fleet, vi
     assert table[0] == list(CSV_COLUMNS) and {r[0] for r in table[1:]} == {SPEC, HOT}
     assert "ok" in {r[3] for r in table[1:]}
     _, body = download(page, links.nth(2))
-    assert re.search(rf"^## {SPEC}: Warning$", body, re.M) and re.search(rf"^## {HOT}: Warning$", body, re.M)
+    assert all(re.search(rf"^## {re.escape(md_cell(node))}: Warning$", body, re.M) for node in (SPEC, HOT))
 
     _, body = download(page, links.nth(3))
     assert {f["status"] for n in json.loads(body)["nodes"] for f in n["findings"]} == {"warn"}

@@ -1,5 +1,5 @@
 """Template helpers every page uses: `{% status_badge %}`, `|gib`, `{% vram_bar %}`,
-`{% pct_bar %}`, `|json_compact`, `|duration`, `{% sort_header %}`. Ages use Django's `|naturaltime`.
+`{% pct_bar %}`, `|is_command`, `|json_compact`, `|duration`, `{% sort_header %}`. Ages use Django's `|naturaltime`.
 
 Everything here builds HTML with format_html, so stored text is always escaped."""
 
@@ -11,7 +11,7 @@ from django import template
 from django.conf import settings
 from django.utils.html import format_html
 
-from gpufleet.gpu.diagnosis import vram_warn_level
+from gpufleet.gpu.diagnosis import fix_is_command, vram_warn_level
 
 register = template.Library()
 
@@ -74,6 +74,10 @@ def pct_bar(percent, label: str = "Utilization", muted: bool = False) -> str:
     if percent is None:
         return format_html('<span class="muted" title="{}">{}</span>', label, "n/a")
     return _bar(float(percent), f"{float(percent):.0f} %", label, muted)
+
+
+# `{% if f.fix|is_command %}`: a fix to copy and run, or advice to read (the domain decides).
+register.filter("is_command", fix_is_command)
 
 
 @register.filter
