@@ -75,7 +75,8 @@ def test_gpus_free_counts_only_nodes_that_can_take_work(viewer_client):
     tiles = FleetSummary().tiles
     assert tiles["free"] == 5 + 4
     assert tiles["reserved"] == 3 + 1  # what claims hold on online nodes, failing ones too
-    assert "4 <small>/ 9 free</small>" in viewer_client.get("/").content.decode()
+    page = viewer_client.get("/").content.decode()
+    assert "4 <small>/ 9 free</small>" in page and "free: on nodes that can take work" in page
 
 
 @pytest.mark.django_db
