@@ -97,7 +97,8 @@ def test_it_logs_in_through_the_form_and_sees_the_fleet(page, fleet, viewer):
     expect(tile(page, "Nodes online").locator(".tile-value")).to_have_text("4 / 5")
     expect(tile(page, "Nodes online").locator(".tile-sub")).to_have_text("Offline 1 not reporting")
     expect(tile(page, "GPUs").locator(".tile-value")).to_have_text("28")
-    expect(tile(page, "GPUs reserved / free").locator(".tile-value")).to_have_text("0 / 28 free")
+    # Free: not the failing node's 8, which no claim could use.
+    expect(tile(page, "GPUs reserved / free").locator(".tile-value")).to_have_text("0 / 20 free")
     expect(tile(page, "Nodes failing").locator(".tile-value")).to_have_text("1")
     expect(tile(page, "Nodes with warnings").locator(".tile-value")).to_have_text("2")
     expect(page.locator(".fleet-findings")).to_contain_text("1 node stopped reporting")
@@ -406,6 +407,10 @@ def test_it_diagnoses_now_and_the_new_findings_come_in(page, fleet, operator, br
     findings = page.locator("#findings")
     expect(findings).to_contain_text("29.3 of 140.4 GiB in use (21%)")
     expect(findings).not_to_contain_text(full)
+    head, gpus = page.locator("header.node-head"), page.locator("#devices")
+    expect(head).to_contain_text("234.4 / 1123.2 GiB")
+    expect(gpus.locator("tbody tr").first).to_contain_text("29.3 / 140.4 GiB")
+    collected = head.locator("time").last.get_attribute("datetime")
 
     page.get_by_role("button", name="Diagnose now").click()
     job_box = page.locator("#job-slot .job")
@@ -428,6 +433,10 @@ def test_it_diagnoses_now_and_the_new_findings_come_in(page, fleet, operator, br
     expect(page.locator("#findings li.finding-warn").first).to_contain_text(full)
     expect(page.locator("#findings li.finding-warn")).to_have_count(8)
     expect(findings).not_to_contain_text("29.3 of 140.4 GiB")
+    # The header and the GPU table show the new report too, not the one the page loaded with.
+    expect(head).to_contain_text("1093.8 / 1123.2 GiB")
+    expect(head.locator("time").last).not_to_have_attribute("datetime", collected)
+    expect(gpus.locator("tbody tr").first).to_contain_text("136.7 / 140.4 GiB")
     job.refresh_from_db()
     assert job.status == JobStatus.DONE and job.started_at is not None and job.finished_at >= job.started_at
     assert Node.objects.get(name=HEALTHY).health == "warn"
@@ -521,7 +530,7 @@ def test_it_exports_each_format_from_the_node_and_the_fleet_page(page, fleet, vi
     _, body = download(page, links.nth(4))
     assert {r[3] for r in list(csv.reader(io.StringIO(body)))[1:]} == {"warn"}
     _, body = download(page, links.nth(5))
-    assert "| OK |" not in body and f"## {HOT}: Warning" in body
+    assert "| OK |" not in body and f"## {md_cell(HOT)}: Warning" in body
 
 
 # 10 --------------------------------------------------------------------------
