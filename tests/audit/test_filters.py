@@ -85,12 +85,14 @@ def test_node_enrolment_rotation_and_revocation_can_be_selected(viewer_client):
 
 
 def _written_actions() -> set[str]:
-    """Every action string the code hands to `record(...)`: a literal, or the literals
-    assigned to the name it passes (`action = "claim.update" if ... else "claim.create"`)."""
+    """Every action the code hands to `record(...)`: a literal, a member of `Action`, or
+    the literals assigned to the name it passes (`action = "claim.update" if ... else
+    "claim.create"`)."""
     import ast
     from pathlib import Path
 
     import gpufleet
+    from gpufleet.audit.models import Action
 
     found = set()
     for path in Path(gpufleet.__file__).parent.rglob("*.py"):
@@ -109,6 +111,8 @@ def _written_actions() -> set[str]:
                     found.add(action.value)
                 elif isinstance(action, ast.Name):
                     found |= strings_of.get(action.id, set())
+                elif isinstance(action, ast.Attribute) and getattr(action.value, "id", None) == "Action":
+                    found.add(Action[action.attr].value if action.attr in Action.names else f"Action.{action.attr}")
     return found
 
 
