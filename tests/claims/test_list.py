@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 
 def _rows(html: str) -> list[tuple[str, str]]:
     """(node, claim) per table row."""
-    return re.findall(r'<td><a href="/nodes/[^"]+/">([^<]+)</a></td>\s*<th scope="row">([^<]+)</th>', html)
+    return re.findall(r'<td[^>]*><a href="/nodes/[^"]+/">([^<]+)</a></td>\s*<th scope="row">([^<]+)</th>', html)
 
 
 @pytest.fixture
