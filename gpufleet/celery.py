@@ -3,9 +3,11 @@
 import bz2
 import lzma
 import os
+import warnings
 import zlib
 
 from celery import Celery
+from celery.exceptions import SecurityWarning
 from kombu import compression
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpufleet.settings")
@@ -51,6 +53,12 @@ def bound_decompression() -> None:
 
 
 bound_decompression()
+
+# Celery warns (a five-line warning per worker) whenever a worker runs as root or in
+# group sudo/wheel. The agent runs as root on purpose (the kernel log, the fixes), and
+# what the warning guards against, unpickling a message as root, cannot happen here:
+# workers accept JSON only, and Celery refuses to start as root with pickle anyway.
+warnings.filterwarnings("ignore", category=SecurityWarning, message="You're running the worker with superuser")
 
 app = Celery("gpufleet")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -228,16 +228,28 @@ CONTENT_SECURITY_POLICY = {
     },
 }
 
+_LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # The one console handler, on the root: a Celery worker replaces the root's handlers
+    # with its own, so each line is printed once there too (a handler on "gpufleet" as
+    # well printed every line of a worker twice).
+    "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
-        "gpufleet": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+        "gpufleet": {"level": _LOG_LEVEL},
         # Django's warnings and errors: a 500 from django.request comes with its traceback
         # (the formatter appends it). Django's default sends them nowhere unless DEBUG.
-        "django": {"handlers": ["console"], "level": "WARNING"},
+        "django": {"handlers": [], "level": "WARNING"},
+        # Celery's lines for every task received and done and every beat tick: the
+        # housekeeping beat alone wrote one every few seconds. Failures are errors and
+        # still show; LOG_LEVEL=DEBUG brings the rest back.
+        **{
+            name: {"level": "INFO" if _LOG_LEVEL == "DEBUG" else "WARNING"}
+            for name in ("celery.beat", "celery.worker.strategy", "celery.app.trace")
+        },
     },
 }
 

@@ -28,8 +28,8 @@ def agent_key() -> wire.NodeKey | None:
     """This agent's key, or None (logged: at every message, as it needs fixing) when it
     has none or an unreadable one."""
     if not settings.GPUFLEET_AGENT_KEY:
-        log.error("GPUFLEET_AGENT_KEY is not set: the central site refuses what this agent sends. "
-                  "Run `manage.py enroll %s` there and set the line it prints.", settings.GPUFLEET_NODE_NAME)
+        log.error("not enrolled (GPUFLEET_AGENT_KEY is not set), so the central site refuses what this agent sends:"
+                  " run `manage.py enroll %s` there and set the line it prints.", settings.GPUFLEET_NODE_NAME)
         return None
     try:
         return wire.NodeKey.parse(settings.GPUFLEET_AGENT_KEY)

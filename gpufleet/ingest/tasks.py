@@ -282,7 +282,9 @@ def _node_named(snapshot, default=None):
 def _refuse(exc: wire.SignatureError, auth, args, snapshot) -> None:
     claimed = _node_named(snapshot)
     # The name comes from the message: bounded, and repr() so it cannot forge log lines.
-    log.warning("refused a snapshot for node %s: %s", repr(claimed)[:wire.LINE_MAX], exc)
+    # An unsigned snapshot comes from an agent that was never given a key: say how to enrol it.
+    enrol = " (enrol the node: `manage.py enroll NAME` here, the key it prints to its agent)" if auth is None else ""
+    log.warning("refused a snapshot for node %s: %s%s", repr(claimed)[:wire.LINE_MAX], exc, enrol)
     if isinstance(args, list) and with_retries(
         lambda: credentials.signed_with_old_key(auth, wire.INGEST_TASK, args), "checking a signature"
     ):

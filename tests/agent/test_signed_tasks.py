@@ -106,7 +106,7 @@ def test_a_signed_fix_runs_once_per_job(alpha_agent, outbox, monkeypatch):
 def test_an_agent_without_a_key_says_so_and_the_centre_refuses_it(settings, outbox, caplog):
     settings.GPUFLEET_NODE_NAME, settings.GPUFLEET_AGENT_KEY = "alpha", ""
     agent.collect.run()
-    assert "GPUFLEET_AGENT_KEY is not set" in caplog.text and "manage.py enroll alpha" in caplog.text
+    assert "not enrolled (GPUFLEET_AGENT_KEY is not set)" in caplog.text and "manage.py enroll alpha" in caplog.text
     assert _deliver(outbox) == ["rejected"]
     assert not Node.objects.exists()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -26,6 +27,7 @@ import pytest
 
 from tests.conftest import missing_service
 from tests.integration.workers import REPO
+from tests.test_readme import readme_command
 
 pytestmark = pytest.mark.integration
 
@@ -171,5 +173,80 @@ def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
         assert re.search(rf"\| {name} +stopped \(exit code", output), name
     assert "GET /healthz HTTP/1.1\" 200" in (data / "logs" / "web.log").read_text()
     assert "ingest@" in (data / "logs" / "ingest.log").read_text()
-    assert "Task gpufleet.agent.tasks.collect" in (data / "logs" / "agent-demo-1.log").read_text()
+    assert "agent.demo-1@" in (data / "logs" / "agent-demo-1.log").read_text()
     assert "agent-demo-1: env GPUFLEET_NODE_NAME=demo-1 " in (data / "Procfile").read_text()
+
+
+def _as_the_shell_runs(line: str, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """A README command line as argv and environment: its leading NAME=value words set
+    variables ($PWD and $PATH expanded), and .venv/bin/python is this interpreter."""
+    words, env = shlex.split(line), dict(env)
+    while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):
+        name, value = words.pop(0).split("=", 1)
+        env[name] = value.replace("$PWD", str(REPO)).replace("$PATH", env["PATH"])
+    return [sys.executable if w == ".venv/bin/python" else w for w in words], env
+
+
+FORGED = textwrap.dedent("""
+    from gpufleet.celery import app
+    from tests.factories import snapshot
+    app.send_task("gpufleet.fleet.tasks.ingest", args=[snapshot("ghost", gpus=1), None], kwargs={"auth": None},
+                  queue="ingest")
+    app.send_task("gpufleet.agent.tasks.collect", args=[1], kwargs={"auth": None}, queue="node.demo-1")
+""")
+# Long enough for the housekeeping beat's 10 s job expiry and several 2 s offline checks.
+QUIET_WINDOW_S = 12
+
+
+def test_the_readme_demo_runs_as_shown_and_up_prints_each_line_once(fake_host, tmp_path):
+    data = tmp_path / "data"
+    env = {**os.environ, **fake_host.env(), "GPUFLEET_DATA_DIR": str(data), "GPUFLEET_NODE_NAME": "this-host",
+           "GPUFLEET_BIND": f"127.0.0.1:{_free_port()}", "GPUFLEET_COLLECT_INTERVAL": "2", "PYTHONUNBUFFERED": "1",
+           "PYTHON": sys.executable}
+    for name in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE", "LOG_LEVEL"):
+        env.pop(name, None)
+    if shutil.which("redis-server", path=env["PATH"]) is None:
+        missing_service("redis-server is not installed (apt-get install redis-server)")
+    db, log, agent_log = data / "gpufleet.sqlite3", tmp_path / "up.log", tmp_path / "demo-agent.log"
+    argv, up_env = _as_the_shell_runs(readme_command("PATH=$PWD/tests/fakes/bin:$PATH "), env)
+    with open(log, "ab") as out:
+        up = subprocess.Popen(argv, cwd=REPO, env=up_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    agent = None
+    try:
+        for node in ("demo-1", "demo-2"):
+            _wait(lambda node=node: _query(db, "select gpu_count from fleet_node where name=?", node) == [(8,)], 60,
+                  node, up)
+        quiet_from = time.monotonic()
+        with open(agent_log, "ab") as out:
+            agent = subprocess.Popen(shlex.split(readme_command("sh gpufleet/demo-agent ")), cwd=REPO, env=env,
+                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        # Enrolled by the script, the node is stored: eight A40s, and a problem in one line.
+        _wait(lambda: _query(db, "select gpu_count from fleet_node where name='demo-a40'") == [(8,)], 60,
+              "demo-a40", up)
+        [(models, problem)] = _query(db, "select gpu_models, problem from fleet_node where name='demo-a40'")
+        assert "A40" in models and "Traceback" not in problem
+
+        forged = subprocess.run([sys.executable, "manage.py", "shell", "-c", FORGED], cwd=REPO, env=env,
+                                capture_output=True, text=True, timeout=60)
+        assert forged.returncode == 0, forged.stderr
+        _wait(lambda: "refused a snapshot for node 'ghost'" in log.read_text()
+              and "refused gpufleet.agent.tasks.collect" in log.read_text(), 30, "the forged messages refused", up)
+        time.sleep(max(0.0, QUIET_WINDOW_S - (time.monotonic() - quiet_from)))
+    finally:
+        for proc in (agent, up):
+            if proc is not None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+    output = log.read_text()
+    assert up.returncode == 0, output[-3000:]
+    assert "demo-a40 enrolled" in agent_log.read_text() and "not enrolled" not in agent_log.read_text()
+    # Each line once: a worker's handler and ours both printed every line of its own.
+    [refused] = re.findall(r".*refused a snapshot for node 'ghost'.*", output)
+    assert "manage.py enroll NAME" in refused  # an unenrolled agent is told how to enrol it
+    assert len(re.findall(r"refused gpufleet\.agent\.tasks\.collect", output)) == 1
+    # No Celery chatter for each beat tick and task, no warning for running as root.
+    for chatter in ("Sending due task", "] received", "] succeeded in", "superuser privileges", "SecurityWarning"):
+        assert chatter not in output, chatter

@@ -1,0 +1,89 @@
+"""Every command the README shows is run by a test, or says here why none can.
+
+The README's code blocks are read with a CommonMark parser. A block is configuration
+(not shell), a block no test can run (with the reason), or shell whose every command
+line maps to the test that runs it; tests that run a README command take it from here
+(`readme_command`), so the README and what is tested cannot drift apart."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from markdown_it import MarkdownIt
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Blocks that are not commands, by how their first line starts.
+NOT_SHELL = ("gpufleet/gpu/ ", "location / {")
+
+# Blocks no test runs, by their first line, and why.
+NOT_RUN = {
+    "sh gpufleet/bootstrap up": "installs system packages as root, then runs `manage.py up`, which "
+    "tests/integration/test_up.py runs",
+    "sh gpufleet/bootstrap test": "it is the command that runs this suite: .ci/run runs it",
+    "# central host (Debian 12 or later), as root": "a deployment as root on fresh hosts; "
+    "tests/core/test_deploy_units.py checks the units and environment files it installs",
+    'curl -H "Authorization: Bearer gpf_…" http://127.0.0.1:8000/api/nodes/': "a token placeholder and a "
+    "running site; tests/api/test_token_auth.py sends the same requests with a real token",
+    "docker run --gpus": "needs a GPU host with Docker; the browser journeys store the containers it labels",
+}
+
+_DEMO = "tests/integration/test_up.py::test_the_readme_demo_runs_as_shown_and_up_prints_each_line_once"
+# Each command line of the other blocks, and the test that runs it.
+RUN_BY = {
+    "PATH=$PWD/tests/fakes/bin:$PATH .venv/bin/python manage.py up --agent demo-1 --agent demo-2": _DEMO,
+    "sh gpufleet/demo-agent demo-a40 smi-8x-a40-with-units.csv": _DEMO,
+}
+
+
+def readme_blocks() -> list[list[str]]:
+    """The README's code blocks, each as its lines with backslash continuations joined."""
+    tokens = MarkdownIt("commonmark").parse((REPO / "README.md").read_text(encoding="utf-8"))
+    return [re.sub(r"\\\n\s*", "", t.content).splitlines() for t in tokens if t.type in ("code_block", "fence")]
+
+
+def _commands(block: list[str]) -> list[str]:
+    return [line.strip() for line in block if line.strip() and not line.strip().startswith("#")]
+
+
+def readme_command(start: str) -> str:
+    """The one command line of the README that starts with `start`."""
+    found = [c for block in readme_blocks() for c in _commands(block) if c.startswith(start)]
+    assert len(found) == 1, f"the README has {len(found)} commands starting with {start!r}"
+    return found[0]
+
+
+def test_every_readme_command_is_run_by_a_test_or_says_why_not():
+    unaccounted = []
+    for block in readme_blocks():
+        first = block[0].strip()
+        if first.startswith(NOT_SHELL) or any(first.startswith(k) for k in NOT_RUN):
+            continue
+        unaccounted += [c for c in _commands(block) if c not in RUN_BY]
+    assert not unaccounted, f"README commands no test runs (add a test to RUN_BY, or a reason to NOT_RUN): {unaccounted}"
+
+
+def test_the_tests_named_for_readme_commands_exist():
+    for node_id in set(RUN_BY.values()):
+        path, name = node_id.split("::")
+        assert f"def {name}(" in (REPO / path).read_text(encoding="utf-8"), node_id
+
+
+def test_each_reason_not_to_run_names_a_block_the_readme_has():
+    firsts = [block[0].strip() for block in readme_blocks()]
+    for start in NOT_RUN:
+        assert any(f.startswith(start) for f in firsts), start
+
+
+def test_an_unaccounted_command_fails(monkeypatch):
+    monkeypatch.setattr(
+        "tests.test_readme.readme_blocks", lambda: [["sh gpufleet/demo-agent demo-a40 smi-8x-a40-with-units.csv"],
+                                                    ["rm -rf var/"]]
+    )
+    try:
+        test_every_readme_command_is_run_by_a_test_or_says_why_not()
+    except AssertionError as exc:
+        assert "rm -rf var/" in str(exc) and "demo-a40" not in str(exc)
+    else:
+        raise AssertionError("an unaccounted README command passed")
