@@ -1,7 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponsePermanentRedirect
+from django.templatetags.static import static
 from django.urls import include, path
 
 from gpufleet.api.metrics import metrics_view
@@ -12,6 +13,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", login_not_required(lambda request: HttpResponse("ok", content_type="text/plain")), name="healthz"),
     path("metrics", metrics_view, name="metrics"),
+    # Browsers and tools ask for /favicon.ico whatever the page links.
+    path("favicon.ico", login_not_required(lambda request: HttpResponsePermanentRedirect(static("gpufleet/favicon.ico"))),
+         name="favicon"),
     path("api/", include("gpufleet.api.urls")),
     path("tokens/", include("gpufleet.api.token_urls")),
     path("claims/", include("gpufleet.claims.urls")),

@@ -55,8 +55,9 @@ REQUIRED = {
     "tokens:list": (VIEW, "get"),
     "tokens:revoke": (VIEW, "post"),
 }
-# Django's own views, with their own access rules (tested by Django).
-NOT_OURS = {"login", "logout", "healthz"}
+# Django's own views, with their own access rules (tested by Django), and the two open to
+# anyone: the health check and the site icon (tests/core/test_favicon.py).
+NOT_OURS = {"login", "logout", "healthz", "favicon"}
 ROLES = {
     None: set(),
     "viewer": {VIEW},
