@@ -98,6 +98,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "gpufleet.core.middleware.LoginRequiredHtmxMiddleware",
     "csp.middleware.CSPMiddleware",
+    "gpufleet.core.middleware.RefuseNulMiddleware",
     # Last, as django-axes asks: it turns a lockout raised during login into its response.
     "axes.middleware.AxesMiddleware",
 ]

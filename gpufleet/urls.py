@@ -23,3 +23,6 @@ urlpatterns = [
     path("", include("gpufleet.audit.urls")),
     path("", include("gpufleet.fleet.urls")),
 ]
+
+# A request refused before any view (a NUL in the query, say): JSON on the API.
+handler400 = "gpufleet.api.views.bad_request"

@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonRes
 from django.http.request import RawPostDataException
 from django.urls import reverse
 from django.views.csrf import csrf_failure as django_csrf_failure
+from django.views.defaults import bad_request as django_bad_request
 from ninja import NinjaAPI, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
@@ -71,13 +72,28 @@ VERSION = {
 
 class JsonParser(Parser):
     """Request bodies are JSON; one without a Content-Type is read as JSON too. Any other
-    media type is refused by name (415), never misread as JSON."""
+    media type is refused by name (415), never misread as JSON. A NUL anywhere in the body
+    is refused too, as in a page's query or form (gpufleet.core.middleware): PostgreSQL
+    refuses it in text, and no field may hold one."""
 
     def parse_body(self, request: HttpRequest) -> dict:
         media = request.content_type or ""
         if media and media != "application/json" and not media.endswith("+json"):
             raise unsupported_media_type(media)
-        return super().parse_body(request)
+        data = super().parse_body(request)
+        if _holds_nul(data):
+            raise ApiError(400, "bad_request", "the request body holds a NUL character")
+        return data
+
+
+def _holds_nul(value) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(v) for v in value)
+    return False
 
 
 class Api(NinjaAPI):
@@ -168,6 +184,13 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
             "or use an API token",
         )
     return django_csrf_failure(request, reason=reason)
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler400: JSON for the API, Django's page for everything else."""
+    if request.path.startswith("/api/"):
+        return error(400, "bad_request", str(exception) or "the request cannot be read")
+    return django_bad_request(request, exception)
 
 
 # --- schema and docs ---------------------------------------------------------

@@ -3,6 +3,8 @@ JSON error, 415 naming the media type it takes, never Django's HTML 500; nothing
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.test import Client
 from django.test.client import encode_multipart
@@ -82,4 +84,21 @@ def test_a_token_caller_gets_the_same_answer_for_a_form_post(operator):
     body, content_type = _multipart({"name": "train", "count": "1"})
     _assert_unsupported(client.post("/api/nodes/alpha/claims/", body, content_type=content_type))
     _assert_unsupported(client.post("/api/nodes/alpha/claims/", "name=train&count=1", content_type="application/x-www-form-urlencoded"))
+    assert not Claim.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": "train", "count": 1, "owner": "a\x00b"},
+        {"name": "train", "device_ids": ["GPU-\x00"]},
+        {"name": "train", "count": 1, "a\x00b": 1},
+    ],
+)
+def test_a_nul_anywhere_in_a_json_body_is_a_bad_request(session, body):
+    client, token = session
+    make_node("alpha", 2)
+    response = client.post("/api/nodes/alpha/claims/", json.dumps(body), content_type="application/json", HTTP_X_CSRFTOKEN=token)
+    assert response.status_code == 400
+    assert response.json()["error"] == {"code": "bad_request", "message": "the request body holds a NUL character"}
     assert not Claim.objects.exists()
