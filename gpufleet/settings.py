@@ -377,6 +377,9 @@ CELERY_WORKER_POOL = "gpufleet.ingest.pool:TaskPool"
 # below what it can store within the visibility timeout.
 GPUFLEET_INGEST_BATCH = env_int("GPUFLEET_INGEST_BATCH", 200, minimum=1)
 GPUFLEET_INGEST_FLUSH_S = env_float("GPUFLEET_INGEST_FLUSH_S", 0.1, minimum=0.01)
+# Messages the ingest accepts from one node per GPUFLEET_COLLECT_INTERVAL (its snapshot,
+# and a few for jobs); more are refused and counted (gpufleet/ingest/admission.py).
+GPUFLEET_INGEST_CAP_PER_INTERVAL = env_int("GPUFLEET_INGEST_CAP_PER_INTERVAL", 4, minimum=1)
 # What agents send goes to "ingest"; the central beat's own work goes to "housekeeping",
 # read by the beat's process alone (processes.central_beat), so an hour's prune never
 # holds an ingest slot. Agent tasks are always sent with an explicit queue="node.<name>".

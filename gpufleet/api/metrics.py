@@ -15,12 +15,14 @@ import json
 import math
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import redis
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.db.models.fields.json import KT
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -56,7 +58,12 @@ _NODE_FAMILIES = (
     ("gpufleet_node_online", "1 while the node reports, 0 once it missed its snapshots."),
     ("gpufleet_node_last_seen_timestamp_seconds", "When the node's last snapshot arrived."),
     ("gpufleet_node_gpus", "GPUs in the node's last snapshot."),
+    ("gpufleet_node_refused_messages", "Messages naming the node that the ingest refused (since its page says when);"
+     " only for nodes with a refusal within the last day."),
 )
+# A node's refusals are shown only while recent: one series for each of 60,000 nodes
+# would mostly say 0, and the fleet-wide gpufleet_ingest_refused_total{reason} counts them all.
+REFUSALS_SHOWN_FOR = timedelta(days=1)
 # In the order of the values `_gpu_values` yields.
 _GPU_FAMILIES = (
     ("gpufleet_gpu_utilization_percent", "GPU utilization."),
@@ -92,13 +99,17 @@ def _families(families, samples: Iterator[tuple[int, str]]) -> Iterator[str]:
 
 
 def _node_samples() -> Iterator[tuple[int, str]]:
-    rows = Node.objects.order_by("name").values_list("name", "health", "offline", "last_seen", "gpu_count")
-    for name, status, offline, seen, gpu_count in rows.iterator(chunk_size=2000):
+    rows = Node.objects.order_by("name").values_list("name", "health", "offline", "last_seen", "gpu_count",
+                                                     "refused_total", "refused_last_at")
+    recent = timezone.now() - REFUSALS_SHOWN_FOR
+    for name, status, offline, seen, gpu_count, refused, refused_at in rows.iterator(chunk_size=2000):
         labels = f'{{node="{_escape(name)}"}}'
         yield 0, f"gpufleet_node_health{labels} {_HEALTH_RANK.get(status, 0)}"
         yield 1, f"gpufleet_node_online{labels} {0 if offline else 1}"
         yield 2, f"gpufleet_node_last_seen_timestamp_seconds{labels} {_value(seen.timestamp())}"
         yield 3, f"gpufleet_node_gpus{labels} {gpu_count}"
+        if refused_at is not None and refused_at >= recent:
+            yield 4, f"gpufleet_node_refused_messages{labels} {refused}"
 
 
 def _gpu_samples() -> Iterator[tuple[int, str]]:

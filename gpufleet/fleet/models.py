@@ -71,6 +71,26 @@ class Attach(models.TextChoices):
     NONE = gpu.Attach.NONE, "none"
 
 
+class Refusal(models.TextChoices):
+    """Why the ingest refused a message from (or naming) a node, as counted per node
+    (gpufleet/ingest/refusals.py) and in /metrics. A refusal never changes a node's
+    health: whoever holds a broker credential can send messages naming any node."""
+
+    UNKNOWN_NODE = "unknown-node", "names no enrolled node"
+    OLD_KEY = "old-key", "signed with an old key"
+    BAD_SIGNATURE = "bad-signature", "bad signature"
+    OVER_CAP = "over-cap", "more than the node may send per collect interval"
+    TOO_LARGE = "too-large", "too large"
+    MALFORMED = "malformed", "malformed"
+    REPLAY = "replay", "not newer than the stored snapshot"
+    CENTRE_ONLY_CODE = "centre-only-code", "a finding only the site writes"
+
+
+# The refusals that, while the node sends nothing valid, mean its agent lacks its current key.
+KEY_REFUSALS = (Refusal.OLD_KEY, Refusal.BAD_SIGNATURE)
+NO_VALID_KEY = "Not reporting with a valid key"
+
+
 def offline_after() -> timedelta:
     return timedelta(
         seconds=settings.GPUFLEET_COLLECT_INTERVAL * settings.GPUFLEET_OFFLINE_AFTER_INTERVALS
@@ -120,6 +140,12 @@ class Node(models.Model):
     gpu_models = models.CharField(max_length=500, blank=True)
     # Made by `manage.py simulate`, which removes only these: a real node is never one.
     simulated = models.BooleanField(default=False)
+    # Messages the ingest refused that named this node (gpufleet/ingest/refusals.py):
+    # shown on its page and in /metrics, never as its health.
+    refused_total = models.PositiveBigIntegerField(default=0)
+    refused_since = models.DateTimeField(null=True, blank=True)
+    refused_last_at = models.DateTimeField(null=True, blank=True)
+    refused_last_reason = models.CharField(max_length=32, choices=Refusal.choices, blank=True)
 
     objects = NodeQuerySet.as_manager()
 
@@ -143,6 +169,13 @@ class Node(models.Model):
     def status(self) -> Health:
         """Health as shown: a node that stopped reporting is offline, whatever it said last."""
         return Health.OFFLINE if self.offline else Health(self.health)
+
+    @property
+    def lacks_valid_key(self) -> bool:
+        """Offline while what came naming it since its last valid snapshot was refused
+        for its key: its agent most likely still has a key from before a rotation."""
+        return (self.offline and self.refused_last_at is not None and self.refused_last_at > self.last_seen
+                and self.refused_last_reason in KEY_REFUSALS)
 
     @property
     def gpus_free(self) -> int:

@@ -26,6 +26,18 @@ _SECONDS = Histogram(
     registry=None,
 )
 
+# Per reason only: the label set stays a handful of series whatever the fleet's size
+# or the names a flood makes up (per node, /metrics reads the Node rows instead).
+_REFUSED = Counter(
+    "gpufleet_ingest_refused", "Messages the ingest refused, by reason, fleet-wide.", ["reason"], registry=None
+)
+
+
+def record_refusals(by_reason: dict[str, int]) -> None:
+    """Count refused messages by reason code (gpufleet.fleet.models.Refusal)."""
+    for reason, count in by_reason.items():
+        _REFUSED.labels(reason).inc(count)
+
 
 def record_ingest(outcome: str, seconds: float) -> None:
     """Count one snapshot the ingest handled ("accepted", "stale" or "rejected") and

@@ -129,3 +129,23 @@ def test_label_values_with_quotes_backslashes_and_newlines_read_back_as_stored(m
     # Each family comes once, with its HELP and TYPE, whatever order the rows came in.
     assert families["gpufleet_gpu_utilization_percent"].type == "gauge"
     assert families["gpufleet_node_health"].documentation.startswith("The node's worst finding")
+
+
+def test_it_shows_refusals_per_reason_and_per_node_only_for_recent_ones(make_fleet, django_assert_num_queries):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from gpufleet.fleet.models import Refusal
+    from gpufleet.ingest.refusals import count_refusals
+
+    make_fleet(3)
+    count_refusals({("node-00", Refusal.OVER_CAP): 7, ("junk", Refusal.UNKNOWN_NODE): 2})
+    count_refusals({("node-01", Refusal.OLD_KEY): 1}, now=timezone.now() - timedelta(days=2))
+    with django_assert_num_queries(2):
+        samples = _samples(render().decode())
+    assert samples[("gpufleet_node_refused_messages", (("node", "node-00"),))] == 7
+    refused = {labels for name, labels in samples if name == "gpufleet_node_refused_messages"}
+    assert refused == {(("node", "node-00"),)}, "node-01's refusals are old, node-02 has none"
+    assert samples[("gpufleet_ingest_refused_total", (("reason", "over-cap"),))] >= 7
+    assert samples[("gpufleet_ingest_refused_total", (("reason", "unknown-node"),))] >= 2

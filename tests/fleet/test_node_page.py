@@ -179,3 +179,34 @@ def _queries_of_a_healthy_node_page(client) -> int:
     with CaptureQueriesContext(connection) as counted:
         client.get("/nodes/beta/")
     return len(counted)
+
+
+@pytest.mark.django_db
+def test_it_says_how_many_messages_were_refused_without_failing_the_node(viewer_client, alpha):
+    from gpufleet.fleet.models import Refusal
+    from gpufleet.ingest.refusals import count_refusals
+
+    count_refusals({("alpha", Refusal.OVER_CAP): 40, ("alpha", Refusal.REPLAY): 2})
+    page = viewer_client.get("/nodes/alpha/").content.decode()
+    assert "42 messages refused since" in page
+    assert "last " in page and "not newer than the stored snapshot" in page
+    assert "Not reporting with a valid key" not in page
+    assert Node.objects.get(name="alpha").status != "fail"
+
+
+@pytest.mark.django_db
+def test_a_node_without_refusals_says_nothing_of_them(viewer_client, alpha):
+    assert "refused since" not in viewer_client.get("/nodes/alpha/").content.decode()
+
+
+@pytest.mark.django_db
+def test_it_reads_no_more_queries_with_refusals(admin_role_client, django_assert_num_queries):
+    from gpufleet.fleet.models import Refusal
+    from gpufleet.ingest.refusals import count_refusals
+
+    _with_history("alpha", 2)
+    Claim.objects.create(node=Node.objects.get(name="alpha"), name="train", device_ids=["0"])
+    count_refusals({("alpha", Refusal.BAD_SIGNATURE): 3})
+    with django_assert_num_queries(NODE_PAGE_QUERIES):
+        page = admin_role_client.get("/nodes/alpha/").content.decode()
+    assert "3 messages refused since" in page

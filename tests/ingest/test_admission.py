@@ -1,0 +1,61 @@
+"""The per-node admission cap of the ingest (gpufleet/ingest/admission.py): at most
+`cap` messages of one node within any collect interval, per node, with bounded memory.
+The clock is the caller's `now`, so these tests move it by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.ingest.admission import Admission
+
+
+def test_it_admits_up_to_the_cap_then_refuses_within_the_interval():
+    admission = Admission(cap=4, interval_s=30)
+    assert [admission.admit("alpha", 100.0 + i) for i in range(6)] == [True] * 4 + [False] * 2
+
+
+def test_a_flooding_node_does_not_take_another_nodes_share():
+    admission = Admission(cap=4, interval_s=30)
+    assert sum(admission.admit("bravo", 100.0 + i / 1000) for i in range(100_000 // 100)) == 4
+    assert admission.admit("alpha", 100.5)
+
+
+def test_the_window_slides_so_a_burst_at_an_edge_gets_no_double_share():
+    admission = Admission(cap=2, interval_s=30)
+    assert admission.admit("alpha", 29.0) and admission.admit("alpha", 29.5)
+    # A fixed window starting at 30 s would let two more in here.
+    assert not admission.admit("alpha", 31.0)
+    assert not admission.admit("alpha", 58.9)
+    assert admission.admit("alpha", 59.0)  # the first has left the window
+    assert admission.admit("alpha", 59.5)
+    assert not admission.admit("alpha", 59.6)
+
+
+def test_refusals_do_not_push_the_node_back():
+    admission = Admission(cap=1, interval_s=30)
+    assert admission.admit("alpha", 0.0)
+    for t in range(1, 30):
+        assert not admission.admit("alpha", float(t))
+    assert admission.admit("alpha", 30.0)
+
+
+def test_it_forgets_nodes_quiet_for_an_interval():
+    admission = Admission(cap=4, interval_s=30)
+    for i in range(1000):
+        admission.admit(f"node-{i}", 0.0)
+    assert len(admission) == 1000
+    admission.admit("alpha", 31.0)
+    assert len(admission) == 1
+
+
+def test_it_takes_its_figures_from_the_settings(settings):
+    settings.GPUFLEET_INGEST_CAP_PER_INTERVAL = 3
+    settings.GPUFLEET_COLLECT_INTERVAL = 10.0
+    admission = Admission.from_settings()
+    assert (admission.cap, admission.interval_s) == (3, 10.0)
+
+
+@pytest.mark.parametrize(("cap", "interval"), [(0, 30), (4, 0)])
+def test_it_refuses_a_cap_that_admits_nothing(cap, interval):
+    with pytest.raises(ValueError, match="cap >= 1"):
+        Admission(cap, interval)
