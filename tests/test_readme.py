@@ -1,9 +1,9 @@
-"""Every command the README shows is run by a test, or says here why none can.
+"""Every command the README and docs/ show is run by a test, or says here why none can.
 
-The README's code blocks are read with a CommonMark parser. A block is configuration
+Their code blocks are read with a CommonMark parser. A block is configuration
 (not shell), a block no test can run (with the reason), or shell whose every command
-line maps to the test that runs it; tests that run a README command take it from here
-(`readme_command`), so the README and what is tested cannot drift apart."""
+line maps to the test that runs it; tests that run a documented command take it from here
+(`readme_command`, `readme_commands`), so the documents and what is tested cannot drift apart."""
 
 from __future__ import annotations
 
@@ -27,6 +27,11 @@ NOT_RUN = {
     'curl -H "Authorization: Bearer gpf_…" http://127.0.0.1:8000/api/nodes/': "a token placeholder and a "
     "running site; tests/api/test_token_auth.py sends the same requests with a real token",
     "docker run --gpus": "needs a GPU host with Docker; the browser journeys store the containers it labels",
+    "DATABASE_URL=postgres://postgres@127.0.0.1:5432/test CELERY_BROKER_URL=redis://127.0.0.1:6379/0 "
+    ".venv/bin/python manage.py bench --nodes 10000": "minutes on a PostgreSQL of 10,000 nodes; "
+    "tests/ingest/test_bench.py runs the same command at 20 nodes",
+    "git pull && .venv/bin/pip install -r requirements.txt": "upgrades a deployed site in place, as root; "
+    "tests/core/test_deploy_units.py checks the units it restarts",
 }
 
 _DEMO = "tests/integration/test_up.py::test_the_readme_demo_runs_as_shown_and_up_prints_each_line_once"
@@ -34,12 +39,19 @@ _DEMO = "tests/integration/test_up.py::test_the_readme_demo_runs_as_shown_and_up
 RUN_BY = {
     "PATH=$PWD/tests/fakes/bin:$PATH .venv/bin/python manage.py up --agent demo-1 --agent demo-2": _DEMO,
     "sh gpufleet/demo-agent demo-a40 smi-8x-a40-with-units.csv": _DEMO,
+    "sh gpufleet/demo-agent demo-h100 health/smi-8x-h100-failing.csv": _DEMO,
 }
 
 
+def documents() -> list[Path]:
+    """The README and every page of docs/."""
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
 def readme_blocks() -> list[list[str]]:
-    """The README's code blocks, each as its lines with backslash continuations joined."""
-    tokens = MarkdownIt("commonmark").parse((REPO / "README.md").read_text(encoding="utf-8"))
+    """The code blocks of the README and docs/, each as its lines with backslash continuations joined."""
+    parser = MarkdownIt("commonmark")
+    tokens = [t for page in documents() for t in parser.parse(page.read_text(encoding="utf-8"))]
     return [re.sub(r"\\\n\s*", "", t.content).splitlines() for t in tokens if t.type in ("code_block", "fence")]
 
 
@@ -47,10 +59,17 @@ def _commands(block: list[str]) -> list[str]:
     return [line.strip() for line in block if line.strip() and not line.strip().startswith("#")]
 
 
-def readme_command(start: str) -> str:
-    """The one command line of the README that starts with `start`."""
+def readme_commands(start: str) -> list[str]:
+    """The documented command lines that start with `start`, at least one."""
     found = [c for block in readme_blocks() for c in _commands(block) if c.startswith(start)]
-    assert len(found) == 1, f"the README has {len(found)} commands starting with {start!r}"
+    assert found, f"the README and docs/ have no command starting with {start!r}"
+    return found
+
+
+def readme_command(start: str) -> str:
+    """The one documented command line that starts with `start`."""
+    found = readme_commands(start)
+    assert len(found) == 1, f"the README and docs/ have {len(found)} commands starting with {start!r}"
     return found[0]
 
 
@@ -61,7 +80,7 @@ def test_every_readme_command_is_run_by_a_test_or_says_why_not():
         if first.startswith(NOT_SHELL) or any(first.startswith(k) for k in NOT_RUN):
             continue
         unaccounted += [c for c in _commands(block) if c not in RUN_BY]
-    assert not unaccounted, f"README commands no test runs (add a test to RUN_BY, or a reason to NOT_RUN): {unaccounted}"
+    assert not unaccounted, f"documented commands no test runs (add a test to RUN_BY, or a reason to NOT_RUN): {unaccounted}"
 
 
 def test_the_tests_named_for_readme_commands_exist():
@@ -70,7 +89,12 @@ def test_the_tests_named_for_readme_commands_exist():
         assert f"def {name}(" in (REPO / path).read_text(encoding="utf-8"), node_id
 
 
-def test_each_reason_not_to_run_names_a_block_the_readme_has():
+def test_each_command_mapped_to_a_test_is_documented():
+    documented = {c for block in readme_blocks() for c in _commands(block)}
+    assert not set(RUN_BY) - documented, sorted(set(RUN_BY) - documented)
+
+
+def test_each_reason_not_to_run_names_a_block_the_documents_have():
     firsts = [block[0].strip() for block in readme_blocks()]
     for start in NOT_RUN:
         assert any(f.startswith(start) for f in firsts), start

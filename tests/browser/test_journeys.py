@@ -43,7 +43,8 @@ from tests.factories import gpu_uuid, smi_rows
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
+# The pictures the README and docs/ show (GPUFLEET_UPDATE_SCREENSHOTS=1 refreshes them).
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "images"
 INGEST = "gpufleet.fleet.tasks.ingest"
 JOB_PROGRESS = "gpufleet.jobs.tasks.job_progress"
 

@@ -27,7 +27,7 @@ import pytest
 
 from tests.conftest import missing_service
 from tests.integration.workers import REPO
-from tests.test_readme import readme_command
+from tests.test_readme import readme_command, readme_commands
 
 pytestmark = pytest.mark.integration
 
@@ -211,20 +211,22 @@ def test_the_readme_demo_runs_as_shown_and_up_prints_each_line_once(fake_host, t
     argv, up_env = _as_the_shell_runs(readme_command("PATH=$PWD/tests/fakes/bin:$PATH "), env)
     with open(log, "ab") as out:
         up = subprocess.Popen(argv, cwd=REPO, env=up_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    agent = None
+    agents = []
     try:
         for node in ("demo-1", "demo-2"):
             _wait(lambda node=node: _query(db, "select gpu_count from fleet_node where name=?", node) == [(8,)], 60,
                   node, up)
         quiet_from = time.monotonic()
         with open(agent_log, "ab") as out:
-            agent = subprocess.Popen(shlex.split(readme_command("sh gpufleet/demo-agent ")), cwd=REPO, env=env,
-                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        # Enrolled by the script, the node is stored: eight A40s, and a problem in one line.
-        _wait(lambda: _query(db, "select gpu_count from fleet_node where name='demo-a40'") == [(8,)], 60,
-              "demo-a40", up)
-        [(models, problem)] = _query(db, "select gpu_models, problem from fleet_node where name='demo-a40'")
-        assert "A40" in models and "Traceback" not in problem
+            for line in readme_commands("sh gpufleet/demo-agent "):
+                agents.append(subprocess.Popen(shlex.split(line), cwd=REPO, env=env, stdout=out,
+                                               stderr=subprocess.STDOUT, start_new_session=True))
+        # Enrolled by the script, each node is stored: eight GPUs of its recording, a problem in one line.
+        for name, model in (("demo-a40", "A40"), ("demo-h100", "H100")):
+            _wait(lambda name=name: _query(db, "select gpu_count from fleet_node where name=?", name) == [(8,)], 60,
+                  name, up)
+            [(models, problem)] = _query(db, "select gpu_models, problem from fleet_node where name=?", name)
+            assert model in models and "Traceback" not in problem, (name, models, problem)
 
         forged = subprocess.run([sys.executable, "manage.py", "shell", "-c", FORGED], cwd=REPO, env=env,
                                 capture_output=True, text=True, timeout=60)
@@ -233,7 +235,7 @@ def test_the_readme_demo_runs_as_shown_and_up_prints_each_line_once(fake_host, t
               and "refused gpufleet.agent.tasks.collect" in log.read_text(), 30, "the forged messages refused", up)
         time.sleep(max(0.0, QUIET_WINDOW_S - (time.monotonic() - quiet_from)))
     finally:
-        for proc in (agent, up):
+        for proc in (*agents, up):
             if proc is not None:
                 proc.send_signal(signal.SIGTERM)
                 try:
@@ -242,7 +244,9 @@ def test_the_readme_demo_runs_as_shown_and_up_prints_each_line_once(fake_host, t
                     os.killpg(proc.pid, signal.SIGKILL)
     output = log.read_text()
     assert up.returncode == 0, output[-3000:]
-    assert "demo-a40 enrolled" in agent_log.read_text() and "not enrolled" not in agent_log.read_text()
+    agent_output = agent_log.read_text()
+    assert "demo-a40 enrolled" in agent_output and "demo-h100 enrolled" in agent_output, agent_output[-3000:]
+    assert "not enrolled" not in agent_output
     # Each line once: a worker's handler and ours both printed every line of its own.
     [refused] = re.findall(r".*refused a snapshot for node 'ghost'.*", output)
     assert "manage.py enroll NAME" in refused  # an unenrolled agent is told how to enrol it
