@@ -4,6 +4,8 @@ when one input is at fault), and each refusal one status, set here."""
 from __future__ import annotations
 
 from django.http import JsonResponse
+from ninja import Schema
+from pydantic import Field
 
 from gpufleet.claims import services
 
@@ -19,6 +21,23 @@ CLAIM_STATUS = {
     services.VersionRequired.code: 428,
 }
 CONFLICT = 409
+
+
+class ErrorDetail(Schema):
+    code: str = Field(description="stable and machine-readable, such as not_found or insufficient")
+    message: str = Field(description="a sentence for people")
+    field: str | None = Field(None, description="the input at fault, when one is; absent otherwise")
+
+
+class Error(Schema):
+    """Every error answer's body, whatever its status."""
+
+    error: ErrorDetail
+
+
+def errors(*statuses: int) -> dict[int, type[Error]]:
+    """The OpenAPI `response` entries for these error statuses: one shape for all."""
+    return dict.fromkeys(statuses, Error)
 
 
 class ApiError(Exception):
@@ -41,8 +60,8 @@ def unsupported_media_type(content_type: str) -> ApiError:
 
 
 def error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
-    body = {"code": code, "message": message, **({"field": field} if field else {})}
-    return JsonResponse({"error": body}, status=status)
+    body = Error(error=ErrorDetail(code=code, message=message, field=field or None))
+    return JsonResponse(body.model_dump(exclude_none=True), status=status)
 
 
 def answer(exc: ApiError) -> JsonResponse:

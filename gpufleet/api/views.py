@@ -7,26 +7,38 @@ the site's "API tokens" page) or the site's session; see gpufleet.api.auth for t
 Errors are `{"error": {"code": ..., "message": ...}}` (gpufleet.api.errors); a refused
 claim carries the ledger's machine code."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: ninja reads the paginated views' parameters
+# through @paginate's wrapper, whose module cannot resolve names written as strings.
 from django.contrib.auth import get_user_model
-from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse, QueryDict
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.http.request import RawPostDataException
 from django.urls import reverse
 from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.defaults import bad_request as django_bad_request
-from ninja import NinjaAPI, Swagger
+from ninja import NinjaAPI, Query, Schema, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.pagination import paginate
 from ninja.parser import Parser
 from ninja.responses import Response
 
 from gpufleet import gpu
 from gpufleet.api import serializers
 from gpufleet.api.auth import Refused, SessionAuth, TokenAuth
-from gpufleet.api.errors import ApiError, answer, error, unsupported_media_type
-from gpufleet.api.schemas import ClaimIn, ClaimUpdate
+from gpufleet.api.errors import ApiError, answer, error, errors, unsupported_media_type
+from gpufleet.api.pagination import Pages
+from gpufleet.api.schemas import (
+    ClaimIn,
+    ClaimOut,
+    ClaimUpdate,
+    NodeClaims,
+    NodeDetail,
+    NodeDevices,
+    NodeFindings,
+    NodeSummary,
+    PlacementOut,
+    filter_query,
+)
 from gpufleet.claims import services
 from gpufleet.claims.filters import ClaimFilter
 from gpufleet.claims.models import Claim
@@ -34,29 +46,17 @@ from gpufleet.claims.placement import RULED_OUT_SHOWN, fleet_placement
 from gpufleet.fleet.filters import NodeFilter
 from gpufleet.fleet.models import Node
 
-PAGE_SIZE = 100
+# The lists' query parameters are their pages' FilterSets; the node list's page size is
+# the API's own (gpufleet.api.pagination), not the overview's `per`.
+NodeQuery = filter_query(NodeFilter, exclude=("per",))
+ClaimQuery = filter_query(ClaimFilter)
 
 
 def _query(name: str, schema: dict) -> dict:
     return {"in": "query", "name": name, "required": False, "schema": schema}
 
 
-# Query parameters the views read from request.GET themselves, declared to the schema here:
-# a bad ?page= stays 400 bad_page, and the lists' filters stay in one spot (see _claim_rows).
-PAGE = _query("page", {"type": "integer", "minimum": 1, "default": 1})
-NODE = _query("node", {"type": "string"})
-# The overview's filters (gpufleet.fleet.filters.NodeFilter), with the same meanings.
-NODE_FILTERS = [
-    _query("q", {"type": "string"}),
-    _query("health", {"type": "string", "enum": ["ok", "warn", "fail", "offline", "problems"]}),
-    _query("attach", {"type": "string", "enum": ["cdi", "legacy", "none"]}),
-    _query("driver", {"type": "string"}),
-    _query("offline", {"type": "string", "enum": ["yes", "no"]}),
-    _query("sort", {"type": "string"}),
-]
-CLAIM_SEARCH = _query("q", {"type": "string"})
-OWNER = _query("owner", {"type": "string"})
-EXPIRED = _query("expired", {"type": "string", "enum": ["yes", "no"]})
+# Read by the views themselves: a bad number is a 400 bad_parameter naming it.
 PLACEMENT = [
     _query("count", {"type": "integer", "minimum": 0, "default": 1, "description": "GPUs wanted; 0: every GPU of one node"}),
     _query("model", {"type": "string", "description": "part of the GPU name, any case"}),
@@ -97,6 +97,10 @@ def _holds_nul(value) -> bool:
 
 
 class Api(NinjaAPI):
+    def get_content_type(self) -> str:
+        """JSON is UTF-8 (RFC 8259), so no charset: the header the API has always sent."""
+        return self.renderer.media_type
+
     def get_openapi_schema(self, **kwargs):
         """HEAD is implied by every GET; listing it would repeat each read's operation id."""
         schema = super().get_openapi_schema(**kwargs)
@@ -119,9 +123,14 @@ api = Api(
 )
 
 
+# An answer holds the keys its serializer wrote: one it leaves out (a finding's `fix`
+# when there is none) stays out rather than coming back as null.
+SENT = {"exclude_unset": True}
+
+
 def read(path: str, name: str, **options):
     """A read endpoint: GET, and HEAD as HTTP expects wherever GET is allowed."""
-    return api.api_operation(["GET", "HEAD"], path, url_name=name, **options)
+    return api.api_operation(["GET", "HEAD"], path, url_name=name, **SENT, **options)
 
 
 # --- errors ------------------------------------------------------------------
@@ -168,6 +177,8 @@ def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
             return error(400, "bad_json", "the request body is not valid JSON: it is empty")
         return error(400, "bad_json", "the request body must be a JSON object")
     field = str(path[1] if source == "body" else path[0])
+    if source == "query" and field == "page":
+        return error(400, "bad_page", "page must be a whole number from 1", field)
     if source == "body" and field == services.VERSION_FIELD:
         # The same answer as for a version that is there but unreadable (see replace_claim).
         return answer(ApiError.from_claim_error(services.VersionRequired(missing=first["type"] == "missing")))
@@ -214,47 +225,54 @@ def docs(request: HttpRequest) -> HttpResponse:
 # --- reads -------------------------------------------------------------------
 
 
-@read("/nodes/", "nodes", openapi_extra={"parameters": [PAGE, *NODE_FILTERS]})
-def nodes(request: HttpRequest) -> HttpResponse:
+# Every operation needs a login (401) and a role that may do it (403).
+LIST = errors(400, 401, 403, 404)
+ONE = errors(401, 403, 404)
+
+
+@read("/nodes/", "nodes", response={200: list[NodeSummary], **LIST})
+@paginate(Pages, serialize=serializers.node_summary)
+def nodes(request: HttpRequest, filters: Query[NodeQuery]) -> QuerySet[Node]:
     """Every node, paginated (?page=); two queries whatever the fleet size."""
-    return _paginated(request, _node_rows(request.GET), serializers.node_summary)
+    return _node_rows(filters)
 
 
-@read("/nodes/{node:name}/", "node")
-def node(request: HttpRequest, name: str) -> HttpResponse:
+@read("/nodes/{node:name}/", "node", response={200: NodeDetail, **ONE})
+def node(request: HttpRequest, name: str) -> dict:
     """One node with its devices, findings, claims and ledger."""
     node = _node(name)
     devices = list(node.devices.order_by("index"))
     claims = list(node.claims.select_related("created_by", "owner"))
     ledger = _ledger(node, devices, claims)
     findings = list(node.findings.all())
-    return JsonResponse(serializers.node_detail(node, devices, findings, claims, ledger))
+    return serializers.node_detail(node, devices, findings, claims, ledger)
 
 
-@read("/nodes/{node:name}/devices/", "node_devices")
-def node_devices(request: HttpRequest, name: str) -> HttpResponse:
+@read("/nodes/{node:name}/devices/", "node_devices", response={200: NodeDevices, **ONE})
+def node_devices(request: HttpRequest, name: str) -> dict:
     """The node's GPUs, vanished ones included (with vanished_at), and who holds each."""
     node = _node(name)
     devices = list(node.devices.order_by("index"))
     ledger = _ledger(node, devices, list(node.claims.all()))
-    return JsonResponse({"node": node.name, "results": [serializers.device(d, ledger) for d in devices]})
+    return {"node": node.name, "results": [serializers.device(d, ledger) for d in devices]}
 
 
-@read("/nodes/{node:name}/findings/", "node_findings")
-def node_findings(request: HttpRequest, name: str) -> HttpResponse:
+@read("/nodes/{node:name}/findings/", "node_findings", response={200: NodeFindings, **ONE})
+def node_findings(request: HttpRequest, name: str) -> dict:
     """The node's doctor findings."""
     node = _node(name)
-    return JsonResponse({"node": node.name, "results": [serializers.finding(f) for f in node.findings.all()]})
+    return {"node": node.name, "results": [serializers.finding(f) for f in node.findings.all()]}
 
 
-@read("/claims/", "claims", openapi_extra={"parameters": [PAGE, NODE, CLAIM_SEARCH, OWNER, EXPIRED]})
-def claims(request: HttpRequest) -> HttpResponse:
+@read("/claims/", "claims", response={200: list[ClaimOut], **LIST})
+@paginate(Pages, serialize=serializers.claim)
+def claims(request: HttpRequest, filters: Query[ClaimQuery]) -> QuerySet[Claim]:
     """Every claim of the fleet (?node= for one node, ?owner= a username, ?expired=yes|no), paginated."""
-    return _paginated(request, _claim_rows(request.GET), serializers.claim)
+    return _claim_rows(filters)
 
 
-@read("/placement", "placement", openapi_extra={"parameters": PLACEMENT})
-def placement(request: HttpRequest) -> HttpResponse:
+@read("/placement", "placement", response={200: PlacementOut, **errors(400, 401, 403)}, openapi_extra={"parameters": PLACEMENT})
+def placement(request: HttpRequest) -> dict:
     """Where a claim of `count` GPUs fits now: `fits` best first (fewest GPUs left over,
     then most free VRAM), and `ruled_out` with each other node's reason, counted by
     reason in `ruled_out_counts` and listed for the first RULED_OUT_SHOWN nodes."""
@@ -264,8 +282,7 @@ def placement(request: HttpRequest) -> HttpResponse:
         min_free_vram_mib=_whole_number(request.GET, "min_free_vram_mib", 0),
     )
     answer = fleet_placement(wanted)
-    return JsonResponse(
-        {
+    return {
             "count": wanted.count,
             "model": wanted.model,
             "min_free_vram_mib": wanted.min_free_vram_mib,
@@ -278,42 +295,44 @@ def placement(request: HttpRequest) -> HttpResponse:
                 {"node": r.name, "code": r.code, "reason": r.reason} for r in answer.ruled_out[:RULED_OUT_SHOWN]
             ],
         }
-    )
 
 
 # --- claims, writable ----------------------------------------------------------
 
 
-@read("/nodes/{node:name}/claims/", "node_claims")
-def node_claims(request: HttpRequest, name: str) -> HttpResponse:
+@read("/nodes/{node:name}/claims/", "node_claims", response={200: NodeClaims, **ONE})
+def node_claims(request: HttpRequest, name: str) -> dict:
     """The node's claims and its ledger."""
     node = _node(name)
     rows = list(node.claims.select_related("created_by", "owner"))
     ledger = _ledger(node, list(node.devices.filter(vanished_at__isnull=True)), rows)
-    return JsonResponse(
-        {"node": node.name, "ledger": serializers.ledger_summary(ledger), "results": [serializers.claim(c) for c in rows]}
-    )
+    return {"node": node.name, "ledger": serializers.ledger_summary(ledger), "results": [serializers.claim(c) for c in rows]}
 
 
-@api.post("/nodes/{node:name}/claims/", url_name="node_claims", response={201: dict})
-def add_claim(request: HttpRequest, name: str, body: ClaimIn) -> HttpResponse:
+# A write also meets unreadable JSON (400), another media type (415) and an invalid
+# body (422); the ledger or a newer version refuses with 409, a missing version with 428.
+WRITE = errors(400, 401, 403, 404, 409, 415, 422)
+
+
+@api.post("/nodes/{node:name}/claims/", url_name="node_claims", response={201: ClaimOut, **WRITE}, **SENT)
+def add_claim(request: HttpRequest, name: str, body: ClaimIn) -> tuple[int, dict]:
     """Add a claim to the node: 201 with the claim, or the ledger's refusal."""
     node = _node(name)
     try:
         saved = services.save_claim(node, _proposed(body), request.user, terms=_terms(body, request.user, None))
     except services.ClaimError as exc:
         raise ApiError.from_claim_error(exc) from None
-    return JsonResponse(serializers.claim(_reload(saved)), status=201)
+    return 201, serializers.claim(_reload(saved))
 
 
-@read("/claims/{int:pk}/", "claim")
-def claim(request: HttpRequest, pk: int) -> HttpResponse:
+@read("/claims/{int:pk}/", "claim", response={200: ClaimOut, **ONE})
+def claim(request: HttpRequest, pk: int) -> dict:
     """One claim."""
-    return JsonResponse(serializers.claim(_claim(pk)))
+    return serializers.claim(_claim(pk))
 
 
-@api.put("/claims/{int:pk}/", url_name="claim")
-def replace_claim(request: HttpRequest, pk: int, body: ClaimUpdate) -> HttpResponse:
+@api.put("/claims/{int:pk}/", url_name="claim", response={200: ClaimOut, **WRITE, **errors(428)}, **SENT)
+def replace_claim(request: HttpRequest, pk: int, body: ClaimUpdate) -> dict:
     """Replace a claim, checked against the node's other claims; only if it is still the
     version `updated_at` names (409 stale otherwise)."""
     try:
@@ -324,10 +343,15 @@ def replace_claim(request: HttpRequest, pk: int, body: ClaimUpdate) -> HttpRespo
         )
     except services.ClaimError as exc:
         raise ApiError.from_claim_error(exc) from None
-    return JsonResponse(serializers.claim(_reload(saved)))
+    return serializers.claim(_reload(saved))
 
 
-@api.delete("/claims/{int:pk}/", url_name="claim", response={204: None}, openapi_extra={"parameters": [VERSION]})
+@api.delete(
+    "/claims/{int:pk}/",
+    url_name="claim",
+    response={204: None, **errors(401, 403, 404, 409, 428)},
+    openapi_extra={"parameters": [VERSION]},
+)
 def delete_claim(request: HttpRequest, pk: int) -> HttpResponse:
     """Delete a claim: 204, only if the claim is still the version ?updated_at= names (409
     stale otherwise). The version goes in the query, not a body: many clients and proxies
@@ -345,16 +369,16 @@ def delete_claim(request: HttpRequest, pk: int) -> HttpResponse:
 # --- helpers -------------------------------------------------------------------
 
 
-def _node_rows(params: QueryDict) -> QuerySet[Node]:
+def _node_rows(params: Schema) -> QuerySet[Node]:
     """The nodes for the query `params`, filtered and sorted as the overview does,
     but by name unless asked otherwise."""
-    return _filtered(NodeFilter(params, queryset=Node.objects.all(), default_sort="name"))
+    return _filtered(NodeFilter(params.model_dump(exclude_none=True), queryset=Node.objects.all(), default_sort="name"))
 
 
-def _claim_rows(params: QueryDict) -> QuerySet[Claim]:
+def _claim_rows(params: Schema) -> QuerySet[Claim]:
     """The claims for the query `params`, filtered as the claims page does."""
     rows = Claim.objects.select_related("node", "created_by", "owner").order_by("node__name", "name")
-    return _filtered(ClaimFilter(params, queryset=rows))
+    return _filtered(ClaimFilter(params.model_dump(exclude_none=True), queryset=rows))
 
 
 def _filtered(filters) -> QuerySet:
@@ -424,28 +448,3 @@ def _user(username: str):
     except get_user_model().DoesNotExist:
         raise ApiError(422, "invalid", f"there is no active user {username!r}", field="owner") from None
 
-
-def _paginated(request: HttpRequest, rows: QuerySet, serialize) -> JsonResponse:
-    paginator = Paginator(rows, PAGE_SIZE)
-    try:
-        page = paginator.page(request.GET.get("page") or 1)
-    except PageNotAnInteger:
-        raise ApiError(400, "bad_page", "page must be a whole number") from None
-    except EmptyPage:
-        raise ApiError(404, "bad_page", f"there is no page {request.GET.get('page')}") from None
-
-    def link(number: int) -> str:
-        query = request.GET.copy()
-        query["page"] = str(number)
-        return request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
-
-    return JsonResponse(
-        {
-            "count": paginator.count,
-            "page": page.number,
-            "pages": paginator.num_pages,
-            "next": link(page.next_page_number()) if page.has_next() else None,
-            "previous": link(page.previous_page_number()) if page.has_previous() else None,
-            "results": [serialize(row) for row in page.object_list],
-        }
-    )

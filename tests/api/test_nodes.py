@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.api import views
+from gpufleet.api import pagination
 from gpufleet.ingest.services import ingest_snapshot
 from tests.claims.helpers import claim, make_node, shrink_node, uuid
 from tests.factories import ingest, snapshot
@@ -67,7 +67,7 @@ def test_it_lists_a_node_that_lost_a_gpu_with_its_lost_capacity_and_problem(view
 
 
 def test_it_pages_with_page(viewer_client, monkeypatch):
-    monkeypatch.setattr(views, "PAGE_SIZE", 2)
+    monkeypatch.setattr(pagination, "PAGE_SIZE", 2)
     for name in ["a", "b", "c"]:
         make_node(name, 1)
     first = viewer_client.get("/api/nodes/").json()

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import re
 
+import django_filters
 import pytest
 from django.test import Client
 
 from gpufleet.api.models import ApiToken
+from gpufleet.claims.filters import ClaimFilter
+from gpufleet.fleet.filters import NodeFilter
+from tests.claims.helpers import claim, make_node, shrink_node
+from tests.factories import ingest
 
 pytestmark = pytest.mark.django_db
 
@@ -78,3 +83,126 @@ def test_the_docs_page_hands_swagger_the_csrf_token_for_session_writes(viewer_cl
     page = viewer_client.get("/api/docs").content.decode()
     assert 'data-api-csrf="true"' in page
     assert re.search(r'data-csrf-token="\w{32,}"', page)
+
+
+# What each operation can answer: every one needs a login (401) and a role (403); a
+# list refuses a bad filter or page (400) and a page past the end (404); a write can
+# also meet unreadable JSON (400), another media type (415), an invalid body (422), a
+# conflict with the ledger or a newer version (409), and a missing version (428).
+ANSWERS = {
+    ("/api/nodes/", "get"): {200, 400, 401, 403, 404},
+    ("/api/nodes/{name}/", "get"): {200, 401, 403, 404},
+    ("/api/nodes/{name}/devices/", "get"): {200, 401, 403, 404},
+    ("/api/nodes/{name}/findings/", "get"): {200, 401, 403, 404},
+    ("/api/nodes/{name}/claims/", "get"): {200, 401, 403, 404},
+    ("/api/nodes/{name}/claims/", "post"): {201, 400, 401, 403, 404, 409, 415, 422},
+    ("/api/claims/", "get"): {200, 400, 401, 403, 404},
+    ("/api/claims/{pk}/", "get"): {200, 401, 403, 404},
+    ("/api/claims/{pk}/", "put"): {200, 400, 401, 403, 404, 409, 415, 422, 428},
+    ("/api/claims/{pk}/", "delete"): {204, 401, 403, 404, 409, 428},
+    ("/api/placement", "get"): {200, 400, 401, 403},
+}
+ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def _resolve(schema: dict, components: dict) -> dict:
+    while "$ref" in schema:
+        schema = components[schema["$ref"].rsplit("/", 1)[1]]
+    return schema
+
+
+def _conforms(value, schema: dict, components: dict, where: str = "body") -> None:
+    """`value` has the documented shape: each object exactly the documented keys (the
+    required ones at least), each list's items their schema, each value a documented type."""
+    schema = _resolve(schema, components)
+    if "anyOf" in schema:
+        options = [_resolve(s, components) for s in schema["anyOf"]]
+        if value is None:
+            assert {"type": "null"} in options, f"{where}: null is not documented"
+            return
+        schema = next(s for s in options if s != {"type": "null"})
+    types = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float), "boolean": bool}
+    if "type" in schema:
+        assert isinstance(value, types[schema["type"]]), f"{where}: {value!r} is no {schema['type']}"
+    if isinstance(value, dict) and "properties" in schema:
+        assert set(schema.get("required", ())) <= set(value), f"{where}: lacks {set(schema['required']) - set(value)}"
+        assert set(value) <= set(schema["properties"]), f"{where}: undocumented {set(value) - set(schema['properties'])}"
+        for key, item in value.items():
+            _conforms(item, schema["properties"][key], components, f"{where}.{key}")
+    if isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            _conforms(item, schema["items"], components, f"{where}[{i}]")
+
+
+def test_every_operation_documents_a_schema_for_each_answer_it_gives(viewer_client):
+    schema = viewer_client.get("/api/openapi.json").json()
+    components = schema["components"]["schemas"]
+    operations = {(path, method): op for path, ops in schema["paths"].items() for method, op in ops.items()}
+    assert set(operations) == set(ANSWERS)
+    for key, op in operations.items():
+        responses = op["responses"]
+        assert {int(status) for status in responses} == ANSWERS[key], key
+        for status, response in responses.items():
+            if status == "204":
+                assert "content" not in response, key
+                continue
+            body = response["content"]["application/json"]["schema"]
+            if int(status) >= 400:
+                assert body == ERROR, (key, status)
+            else:
+                assert _resolve(body, components).get("properties"), (key, status)
+
+
+def test_the_answers_have_the_documented_shapes(viewer_client, operator_client, operator):
+    """Each endpoint's real answer, errors included, holds exactly the keys its schema
+    documents: the schema cannot drift from what the API sends."""
+    alpha = make_node("alpha", 4)
+    train = claim(alpha, "train", operator, device_ids=["2"])
+    make_node("beta", 0)
+    shrink_node(ingest("gamma", 2), 1)
+    schema = viewer_client.get("/api/openapi.json").json()
+    components = schema["components"]["schemas"]
+
+    def check(response, path: str, method: str) -> None:
+        documented = schema["paths"][path][method]["responses"][str(response.status_code)]
+        _conforms(response.json(), documented["content"]["application/json"]["schema"], components)
+
+    for url, path in [
+        ("/api/nodes/", "/api/nodes/"),
+        ("/api/nodes/?health=purple", "/api/nodes/"),
+        ("/api/nodes/?page=9", "/api/nodes/"),
+        ("/api/nodes/alpha/", "/api/nodes/{name}/"),
+        ("/api/nodes/gamma/devices/", "/api/nodes/{name}/devices/"),
+        ("/api/nodes/beta/findings/", "/api/nodes/{name}/findings/"),
+        ("/api/nodes/alpha/claims/", "/api/nodes/{name}/claims/"),
+        ("/api/nodes/nope/", "/api/nodes/{name}/"),
+        ("/api/claims/", "/api/claims/"),
+        (f"/api/claims/{train.pk}/", "/api/claims/{pk}/"),
+        ("/api/placement?count=2", "/api/placement"),
+        ("/api/placement?count=x", "/api/placement"),
+    ]:
+        check(viewer_client.get(url), path, "get")
+    body = {"name": "x", "count": 1}
+    check(operator_client.post("/api/nodes/alpha/claims/", body, content_type="application/json"), "/api/nodes/{name}/claims/", "post")
+    check(operator_client.post("/api/nodes/alpha/claims/", {"count": -1}, content_type="application/json"), "/api/nodes/{name}/claims/", "post")
+    check(viewer_client.post("/api/nodes/alpha/claims/", body, content_type="application/json"), "/api/nodes/{name}/claims/", "post")
+    check(operator_client.put(f"/api/claims/{train.pk}/", {"name": "t"}, content_type="application/json"), "/api/claims/{pk}/", "put")
+
+
+# The node list's page size is the API's own (its paginator), not the overview's `per`.
+NOT_IN_API = {"per"}
+
+
+@pytest.mark.parametrize("path, filters", [("/api/nodes/", NodeFilter), ("/api/claims/", ClaimFilter)])
+def test_a_list_documents_its_filter_set_s_filters_as_query_parameters(viewer_client, path, filters):
+    schema = viewer_client.get("/api/openapi.json").json()
+    params = {p["name"]: p for p in schema["paths"][path]["get"]["parameters"]}
+    assert all(p["in"] == "query" and not p["required"] for p in params.values())
+    assert set(params) - {"page"} == set(filters.base_filters) - NOT_IN_API
+    for name in set(params) - {"page"}:
+        declared = filters().filters[name]
+        documented = params[name]["schema"]
+        if isinstance(declared, django_filters.ChoiceFilter):
+            assert documented["enum"] == [value for value, _ in declared.extra["choices"]], name
+        assert documented["type"] == "string"
+        assert params[name]["description"] == str(declared.label), name
