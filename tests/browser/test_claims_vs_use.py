@@ -1,6 +1,6 @@
 """Who is on each GPU, in the browser: a node page listing the containers and
 processes on its GPUs beside the claims that hold them, and the fleet's Claims vs
-use page sorted by a click. Takes the screenshots the README shows."""
+use page sorted by a click. Takes the screenshots the README and docs/claims.md show."""
 
 from __future__ import annotations
 
