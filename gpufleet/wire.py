@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from gpufleet import gpu
 
@@ -83,7 +84,27 @@ OLDEST_SNAPSHOT = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 class SnapshotError(ValueError):
-    """A snapshot that cannot be ingested; the message says why."""
+    """A snapshot that cannot be ingested; the message says why, `refusal` the code it
+    is counted under (gpufleet.fleet.models.Refusal)."""
+
+    refusal = "malformed"
+
+
+class CentreOnlyFinding(SnapshotError):
+    """A snapshot with a finding that only the centre writes: an agent saying a claim
+    fits, or that its lost GPUs are there, or that the site refused nothing."""
+
+    refusal = "centre-only-code"
+
+
+# The finding codes the centre adds at ingest (gpufleet/ingest/services.py and
+# gpu.claim_use_findings): never taken from an agent. The agent's own "snapshot-clipped"
+# is not one of them.
+CENTRE_ONLY_CODES = frozenset({
+    "rejected-snapshot", "claims-overlap", "lost-capacity", "use-unclaimed", "attached-unclaimed", "use-misplaced",
+    "claim-idle",
+})
+_CENTRE_ONLY = "centre_only_code"  # the validation error's type, for parse_snapshot
 
 
 _Count = Annotated[int, Field(ge=0, le=2**62)]
@@ -226,6 +247,10 @@ class Snapshot(BaseModel):
         codes = [f.code for f in self.findings]
         if len(set(codes)) != len(codes):
             raise ValueError("a finding code appears twice")
+        if centre := sorted(CENTRE_ONLY_CODES.intersection(codes)):
+            raise PydanticCustomError(
+                _CENTRE_ONLY, "finding {codes} is one only the site writes", {"codes": ", ".join(centre)}
+            )
         if self.devices and not self.present:
             raise ValueError("devices listed although present is false")
         for key, _, per_node, what in DEVICE_LISTS:
@@ -281,10 +306,12 @@ def parse_snapshot(data: Any) -> Snapshot:
     try:
         return Snapshot.model_validate(data)
     except ValidationError as exc:
+        errors = exc.errors()
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'snapshot'}: {err['msg']}" for err in exc.errors()[:5]
+            f"{'.'.join(str(p) for p in err['loc']) or 'snapshot'}: {err['msg']}" for err in errors[:5]
         )
-        raise SnapshotError(f"invalid snapshot: {problems}") from None
+        error = CentreOnlyFinding if any(err["type"] == _CENTRE_ONLY for err in errors) else SnapshotError
+        raise error(f"invalid snapshot: {problems}") from None
 
 
 def build_snapshot(

@@ -86,8 +86,9 @@ class Refusal(models.TextChoices):
     CENTRE_ONLY_CODE = "centre-only-code", "a finding only the site writes"
 
 
-# The refusals that, while the node sends nothing valid, mean its agent lacks its current key.
-KEY_REFUSALS = (Refusal.OLD_KEY, Refusal.BAD_SIGNATURE)
+# The refusals that, while the node sends nothing valid, say its agent lacks its current
+# key. Not a bad signature: anyone can send one in any node's name.
+KEY_REFUSALS = (Refusal.OLD_KEY,)
 NO_VALID_KEY = "Not reporting with a valid key"
 
 

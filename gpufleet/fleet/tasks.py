@@ -6,17 +6,23 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.db.models import F
 
 from gpufleet.fleet import history
-from gpufleet.fleet.models import Node
+from gpufleet.fleet.models import KEY_REFUSALS, NO_VALID_KEY, Node
 
 log = logging.getLogger(__name__)
 
 
 @shared_task(name="gpufleet.fleet.tasks.mark_offline", ignore_result=True)
 def mark_offline() -> int:
-    """Nodes that missed GPUFLEET_OFFLINE_AFTER_INTERVALS collections go offline."""
-    count = Node.objects.stale().update(offline=True)
+    """Nodes that missed GPUFLEET_OFFLINE_AFTER_INTERVALS collections go offline; those
+    whose messages since were refused for an old key say so (Node.lacks_valid_key)."""
+    stale = Node.objects.stale()
+    count = stale.filter(refused_last_at__gt=F("last_seen"), refused_last_reason__in=KEY_REFUSALS).update(
+        offline=True, problem=f"{NO_VALID_KEY}: what came in its name since its last report was refused "
+                              "for an old key; give its agent the key `manage.py enroll` prints.")
+    count += stale.update(offline=True)
     if count:
         log.info("marked %d node(s) offline", count)
     return count

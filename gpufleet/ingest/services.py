@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import operator
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -18,6 +19,7 @@ from gpufleet.claims.models import Claim
 from gpufleet.core import bulk
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
 from gpufleet.fleet.xids import apply_acknowledgements
+from gpufleet.ingest.refusals import count_refusals
 from gpufleet.jobs.models import JobStatus
 from gpufleet.jobs.services import report_progress
 from gpufleet.wire import DeviceIn, Snapshot, SnapshotError, parse_snapshot
@@ -47,11 +49,12 @@ def ingest_snapshots(datas: list, now=None) -> list[IngestResult]:
     """Validate and store a batch of snapshots; one result per snapshot, in order.
 
     Each snapshot keeps the guarantees it has alone: it is validated alone (a
-    malformed one is rejected with its logged reason and writes nothing), one not
-    newer than the stored one (or than another of its node in the batch) is
-    ignored, and each is stored whole or not at all. The batch is written in one
-    transaction whose statement count does not grow with the batch size or the GPU
-    count (tests/ingest/test_batches.py). If the database refuses the batch, each
+    malformed one is rejected with its logged reason, counted as refused and writes
+    nothing else), one not newer than the stored one (or than another of its node in
+    the batch) is ignored (the caller counts those: it knows which are replays), and
+    each is stored whole or not at all. The batch is written in one transaction whose
+    statement count does not grow with the batch size or the GPU count
+    (tests/ingest/test_batches.py). If the database refuses the batch, each
     snapshot is tried again in its own transaction, so only the refused one is
     rejected. Transient errors (OperationalError, InterfaceError: the database
     restarting) are raised for the caller to retry: nothing is lost or rejected."""
@@ -60,6 +63,7 @@ def ingest_snapshots(datas: list, now=None) -> list[IngestResult]:
     rejected: dict[str, tuple[int, str]] = {}  # node -> (position, reason) of its last rejection
     newest: dict[str, tuple[int, Snapshot]] = {}
     superseded: list[tuple[int, str]] = []  # (position, node) of those a newer one in the batch replaced
+    refused: Counter[tuple[str, str]] = Counter()  # (node, Refusal code) of the invalid ones
     for position, data in enumerate(datas):
         try:
             snapshot = _validated(data, now)
@@ -70,6 +74,7 @@ def ingest_snapshots(datas: list, now=None) -> list[IngestResult]:
             log.warning("rejected snapshot from node %r: %s", name, reason)
             results[position] = IngestResult(REJECTED, name, reason)
             rejected[name] = (position, reason)
+            refused[name, exc.refusal] += 1
             continue
         kept = newest.get(snapshot.node)
         if kept is not None and snapshot.collected_at <= kept[1].collected_at:
@@ -120,6 +125,8 @@ def ingest_snapshots(datas: list, now=None) -> list[IngestResult]:
     ]
     if shown:
         _show_rejections(shown, now)
+    if refused:
+        count_refusals(dict(refused), now)
     return results  # type: ignore[return-value]
 
 
