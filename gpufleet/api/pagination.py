@@ -17,12 +17,15 @@ from gpufleet.api.errors import ApiError
 PAGE_SIZE = 100
 
 
+class PageQuery(Schema):
+    page: int = Field(1, ge=1, description="from 1; past the last page: 404 bad_page")
+
+
 class Pages(PaginationBase):
     """For ninja's @paginate: `@paginate(Pages, serialize=...)` turns each row of the
     page into its answer with `serialize`, one call per row, no query of its own."""
 
-    class Input(Schema):
-        page: int = Field(1, ge=1, description="from 1; past the last page: 404 bad_page")
+    Input = PageQuery
 
     class Output(Schema):
         count: int = Field(description="rows in all pages")
@@ -38,7 +41,7 @@ class Pages(PaginationBase):
         super().__init__(**kwargs)
         self.serialize = serialize
 
-    def paginate_queryset(self, queryset: QuerySet, pagination: Input, request: HttpRequest, **params: Any) -> dict:
+    def paginate_queryset(self, queryset: QuerySet, pagination: PageQuery, request: HttpRequest, **params: Any) -> dict:
         paginator = Paginator(queryset, PAGE_SIZE)
         try:
             page = paginator.page(pagination.page)

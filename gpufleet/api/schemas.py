@@ -15,7 +15,16 @@ from typing import Annotated, Any
 
 import django_filters
 from ninja import Schema
-from pydantic import ConfigDict, Field, StrictInt, StrictStr, StringConstraints, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+    create_model,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from gpufleet import gpu
@@ -66,9 +75,10 @@ class ClaimUpdate(ClaimIn):
 # --- answers -------------------------------------------------------------------------
 
 
-class Out(Schema):
+class Out(BaseModel):
     """An answer: keys are only ever added, so a key the schema does not name yet passes
-    through rather than being dropped (tests/api/test_openapi.py holds the two equal)."""
+    through rather than being dropped (tests/api/test_openapi.py holds the two equal).
+    A plain pydantic model: ninja's Schema reads its input as attributes, which drops them."""
 
     model_config = ConfigDict(extra="allow")
 

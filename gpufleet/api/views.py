@@ -16,7 +16,7 @@ from django.http.request import RawPostDataException
 from django.urls import reverse
 from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.defaults import bad_request as django_bad_request
-from ninja import NinjaAPI, Query, Schema, Swagger
+from ninja import NinjaAPI, Query, Schema, Status, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.pagination import paginate
 from ninja.parser import Parser
@@ -315,14 +315,14 @@ WRITE = errors(400, 401, 403, 404, 409, 415, 422)
 
 
 @api.post("/nodes/{node:name}/claims/", url_name="node_claims", response={201: ClaimOut, **WRITE}, **SENT)
-def add_claim(request: HttpRequest, name: str, body: ClaimIn) -> tuple[int, dict]:
+def add_claim(request: HttpRequest, name: str, body: ClaimIn) -> Status:
     """Add a claim to the node: 201 with the claim, or the ledger's refusal."""
     node = _node(name)
     try:
         saved = services.save_claim(node, _proposed(body), request.user, terms=_terms(body, request.user, None))
     except services.ClaimError as exc:
         raise ApiError.from_claim_error(exc) from None
-    return 201, serializers.claim(_reload(saved))
+    return Status(201, serializers.claim(_reload(saved)))
 
 
 @read("/claims/{int:pk}/", "claim", response={200: ClaimOut, **ONE})

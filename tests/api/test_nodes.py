@@ -78,7 +78,10 @@ def test_it_pages_with_page(viewer_client, monkeypatch):
     assert second["previous"] == "http://testserver/api/nodes/?page=1"
     assert viewer_client.get("/api/nodes/?page=3").json()["error"]["code"] == "bad_page"
     assert viewer_client.get("/api/nodes/?page=3").status_code == 404
-    assert viewer_client.get("/api/nodes/?page=x").status_code == 400
+    for junk in ["x", "0", "-1"]:
+        refused = viewer_client.get(f"/api/nodes/?page={junk}")
+        assert refused.status_code == 400, junk
+        assert refused.json()["error"] == {"code": "bad_page", "message": "page must be a whole number from 1", "field": "page"}
 
 
 @pytest.mark.parametrize("nodes", [1, 7])

@@ -1,5 +1,6 @@
 """The OpenAPI schema (/api/openapi.json) and its docs page (/api/docs): behind the same
-login as the API, and the page loads nothing from another host (fleets are air-gapped)."""
+login as the API, and the page loads nothing from another host (fleets are air-gapped).
+The schema documents every answer each operation gives, and the answers keep to it."""
 
 from __future__ import annotations
 
@@ -153,7 +154,7 @@ def test_every_operation_documents_a_schema_for_each_answer_it_gives(viewer_clie
                 assert _resolve(body, components).get("properties"), (key, status)
 
 
-def test_the_answers_have_the_documented_shapes(viewer_client, operator_client, operator):
+def test_the_answers_have_the_documented_shapes(client, viewer_client, operator_client, operator):
     """Each endpoint's real answer, errors included, holds exactly the keys its schema
     documents: the schema cannot drift from what the API sends."""
     alpha = make_node("alpha", 4)
@@ -187,6 +188,10 @@ def test_the_answers_have_the_documented_shapes(viewer_client, operator_client, 
     check(operator_client.post("/api/nodes/alpha/claims/", {"count": -1}, content_type="application/json"), "/api/nodes/{name}/claims/", "post")
     check(viewer_client.post("/api/nodes/alpha/claims/", body, content_type="application/json"), "/api/nodes/{name}/claims/", "post")
     check(operator_client.put(f"/api/claims/{train.pk}/", {"name": "t"}, content_type="application/json"), "/api/claims/{pk}/", "put")
+    check(operator_client.post("/api/nodes/alpha/claims/", {"name": "y", "count": 9}, content_type="application/json"),
+          "/api/nodes/{name}/claims/", "post")
+    check(operator_client.post("/api/nodes/alpha/claims/", "name=z", content_type="text/plain"), "/api/nodes/{name}/claims/", "post")
+    check(client.get("/api/claims/"), "/api/claims/", "get")
 
 
 # The node list's page size is the API's own (its paginator), not the overview's `per`.
