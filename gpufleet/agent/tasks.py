@@ -9,19 +9,18 @@ no signature: it asks for nothing but the report the agent sends anyway."""
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 
 from gpufleet import wire
+from gpufleet.agent import jobs_run
 from gpufleet.agent.fixes import apply_fix as run_fix
 from gpufleet.agent.host import snapshot_this_host
 
 log = logging.getLogger(__name__)
-
-# Fix jobs this agent process ran: a replayed signed request is not run twice.
-_fixes_run: set[int] = set()
 
 
 def agent_key() -> wire.NodeKey | None:
@@ -76,10 +75,12 @@ def apply_fix(self, job_id: int, code: str, auth: dict | None = None) -> None:
     """Run the fixed command for `code`, report its output, then diagnose again."""
     if not from_centre(wire.APPLY_FIX_TASK, [job_id, code], auth):
         return
-    if job_id in _fixes_run:
+    # A replayed signed request is not run twice, even by a restarted agent.
+    ran, now = jobs_run.for_this_agent(), time.time()
+    if ran.ran(job_id, now):
         log.warning("refused fix %s for job %s: this job's fix already ran here", code, job_id)
         return
-    _fixes_run.add(job_id)
+    ran.record(job_id, now, jobs_run.signed_at(auth))
     send_to_centre(self.app, wire.JOB_PROGRESS_TASK, [job_id, "running", "", ""])
     result = run_fix(code)
     log.info("fix %s for job %s: %s", code, job_id, "ok" if result.ok else result.error)

@@ -22,7 +22,6 @@ def alpha_agent(settings, monkeypatch):
     key = credentials.enroll("alpha")
     settings.GPUFLEET_NODE_NAME, settings.GPUFLEET_AGENT_KEY = "alpha", str(key)
     settings.GPUFLEET_AGENT_FIXES = ["cdi"]
-    monkeypatch.setattr(agent, "_fixes_run", set())
     monkeypatch.setattr(agent, "snapshot_this_host", lambda: snapshot("alpha", 2, fixes=["cdi"]))
     from gpufleet.celery import app
 

@@ -92,7 +92,6 @@ def test_a_snapshot_the_agent_signed_cannot_pass_for_a_task_from_the_centre(alph
 def test_a_signed_fix_runs_once_per_job(alpha_agent, outbox, monkeypatch):
     runs = []
     monkeypatch.setattr(agent, "run_fix", lambda code: runs.append(code) or FixRun(True, "generated"))
-    monkeypatch.setattr(agent, "_fixes_run", set())
     auth = credentials.sign_for_agent("alpha", wire.APPLY_FIX_TASK, [11, "cdi"])
     agent.apply_fix.run(11, "cdi", auth=auth)
     agent.apply_fix.run(11, "cdi", auth=auth)  # replayed from the broker
