@@ -1,0 +1,142 @@
+"""Who may do what on the broker (Redis ACLs), in one place: the rules of a node's user
+and of the centre's, as ACL SETUSER arguments (and aclfile lines), and creating,
+rotating and removing a node's user over a connection of the centre's.
+
+A node's user may append to the ingest stream and use the keys of its own task queue
+(kombu's `global_keyprefix`, node_key_prefix), nothing else: root on one GPU host can
+then only lie about that host, never read, delete or consume what belongs to another
+node or to the centre. The commands are those kombu's Redis transport issues for a
+Celery worker and beat run with --without-gossip --without-mingle --without-heartbeat
+and remote control off (read off MONITOR while an agent ran against such a user)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import redis
+from redis.lock import Lock
+
+CENTRE_USER = "gpufleet-centre"
+
+# A node's queue, its unacknowledged index and its bindings: everything kombu keeps for it.
+_NODE_KEY_PREFIX = "gpufleet:node:{}:"
+
+# What kombu's Redis transport sends for a worker consuming one queue and publishing to
+# it (beat), with `global_keyprefix`. GET and DEL are run by the lock script that guards
+# kombu's redelivery sweep (redis-py's Lock releases with EVALSHA). Not EVAL nor SCRIPT
+# LOAD: a node that could load a script of its own could busy-loop the server for every
+# node; it runs only the scripts the centre's workers have loaded (the same lock script).
+NODE_COMMANDS = (
+    "ping", "select", "multi", "exec", "discard", "watch", "unwatch",
+    "brpop", "rpop", "lpush", "rpush", "llen",
+    "sadd", "srem", "smembers",
+    "hset", "hget", "hdel",
+    "zadd", "zrem", "zrange",
+    "set", "get", "del", "exists", "pexpire",
+    "evalsha",
+)
+
+# The centre is trusted (it grants the nodes their rights), but still cannot flush,
+# reconfigure, monitor or list every key by accident: only the admin commands enroll needs.
+CENTRE_ADMIN_COMMANDS = ("acl|setuser", "acl|deluser", "acl|getuser", "acl|save", "client|kill")
+
+# Special in ACL key patterns (Redis glob-style matching), and what the aclfile splits on.
+_GLOB = re.compile(r"([*?\[\]\\])")
+_UNSAFE = re.compile(r"[\s\x00-\x1f\x7f]")
+
+
+def node_key_prefix(name: str) -> str:
+    """The prefix of every broker key of `name`'s task queue (kombu's `global_keyprefix`)."""
+    return _NODE_KEY_PREFIX.format(name)
+
+
+def node_user(name: str) -> str:
+    """The Redis user of `name`'s agent."""
+    return f"node:{name}"
+
+
+def _check(name: str) -> str:
+    if not name or _UNSAFE.search(name):
+        raise ValueError(f"{name!r} cannot name a broker user (no spaces or control characters)")
+    return name
+
+
+def _escape(text: str) -> str:
+    return _GLOB.sub(r"\\\1", text)
+
+
+def node_rules(name: str, stream: str) -> list[str]:
+    """The rights of `name`'s user, without its password: its own queue keys, and XADD to
+    `stream` (write-only: XADD cannot read what others appended)."""
+    own, stream = _escape(node_key_prefix(_check(name))), _escape(_check(stream))
+    return ["resetchannels", "-@all", f"~{own}*", *(f"+{c}" for c in NODE_COMMANDS), f"(%W~{stream} +xadd)"]
+
+
+def centre_rules() -> list[str]:
+    """The rights of the centre's user, without its password."""
+    return ["~*", "&*", "+@all", "-@dangerous", *(f"+{c}" for c in CENTRE_ADMIN_COMMANDS)]
+
+
+def _setuser(conn: redis.Redis, user: str, password: str, rules: list[str]) -> None:
+    # `reset` first, in the same command: the user never holds old and new rights at once.
+    conn.execute_command("ACL", "SETUSER", user, "reset", "on", f">{password}", *rules)
+
+
+def put_node_user(conn: redis.Redis, name: str, password: str, stream: str) -> None:
+    """Create `name`'s user, or give it `password` and today's rules in place of what it
+    had; connections made with the old password are closed."""
+    user = node_user(name)
+    _setuser(conn, user, password, node_rules(name, stream))
+    conn.execute_command("CLIENT", "KILL", "USER", user)
+    _load_lock_script(conn)
+
+
+def node_user_exists(conn: redis.Redis, name: str) -> bool:
+    return conn.execute_command("ACL", "GETUSER", node_user(name)) is not None
+
+
+def remove_node_user(conn: redis.Redis, name: str) -> bool:
+    """Remove `name`'s user (Redis closes its connections); False if there was none."""
+    return bool(conn.execute_command("ACL", "DELUSER", node_user(name)))
+
+
+def save(conn: redis.Redis) -> bool:
+    """Write the users to the server's aclfile, so they survive a restart; False when the
+    server was started without one (its users then live in its configuration)."""
+    try:
+        conn.execute_command("ACL", "SAVE")
+    except redis.ResponseError as exc:
+        if "aclfile" in str(exc).lower() or "acl file" in str(exc).lower():
+            return False
+        raise
+    return True
+
+
+def _load_lock_script(conn: redis.Redis) -> None:
+    # The one script a node runs (see NODE_COMMANDS); the centre's workers load it as
+    # well, so it is in the server's cache again soon after a restart.
+    conn.script_load(Lock.LUA_RELEASE_SCRIPT)
+
+
+def aclfile_line(user: str, password: str, rules: list[str]) -> str:
+    """`user` as a line of an aclfile (its password hashed, as ACL SAVE writes it)."""
+    digest = hashlib.sha256(password.encode()).hexdigest()
+    return " ".join(["user", user, "reset", "on", f"#{digest}", *rules])
+
+
+def write_aclfile(path: Path, lines: Iterable[str], users: Iterable[str]) -> None:
+    """Rewrite `path` with `lines` in place of the lines of `users` (and of the default user,
+    which is switched off); the other users it holds (nodes enroll saved) stay."""
+    replaced = {"default", *users}
+    kept = []
+    if path.exists():
+        kept = [line for line in path.read_text().splitlines()
+                if line.strip() and (line.split() + ["", ""])[1] not in replaced]
+    text = "\n".join(["user default reset", *lines, *kept]) + "\n"
+    partial = path.with_name(f".{path.name}.new")
+    partial.write_text(text)
+    partial.chmod(0o600)
+    partial.replace(path)

@@ -1,0 +1,266 @@
+"""Broker rights per node (gpufleet/core/broker_acl.py) against a real redis-server the
+test starts on a unix socket of its own, with the users `up` and `enroll` make: node B,
+logged in with its own user, is refused everything that would read, delete, consume or
+watch what belongs to node A or the centre; it may append to the ingest stream and use
+its own queue's keys, and its old password stops working when it is rotated."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.lock import Lock
+from redis.retry import Retry
+
+from gpufleet.core import broker_acl
+from tests.conftest import missing_service
+
+STREAM = "gpufleet:ingest"
+CENTRE_PASSWORD = "centre-password-for-tests"
+
+
+class AclRedis:
+    """A redis-server on a unix socket in a folder of its own, with an aclfile (no default
+    user, the centre's user), as `up` starts it."""
+
+    def __init__(self, folder: Path):
+        self.binary = shutil.which("redis-server")
+        if self.binary is None:
+            missing_service("redis-server is not installed (apt-get install redis-server)")
+        self.folder = folder
+        self.socket = folder / "redis.sock"
+        self.aclfile = folder / "users.acl"
+        line = broker_acl.aclfile_line(broker_acl.CENTRE_USER, CENTRE_PASSWORD, broker_acl.centre_rules())
+        broker_acl.write_aclfile(self.aclfile, [line], [broker_acl.CENTRE_USER])
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
+             "--save", "", "--appendonly", "no", "--dir", str(self.folder), "--aclfile", str(self.aclfile)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                self.centre().ping()
+                return
+            except redis.RedisError:
+                time.sleep(0.05)
+        raise AssertionError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+    def client(self, username: str | None, password: str | None) -> redis.Redis:
+        # No retries: a refused login is the answer, not a reason to try again.
+        return redis.Redis(unix_socket_path=str(self.socket), username=username, password=password,
+                           socket_timeout=5, retry=Retry(NoBackoff(), 0))
+
+    def centre(self) -> redis.Redis:
+        return self.client(broker_acl.CENTRE_USER, CENTRE_PASSWORD)
+
+
+@pytest.fixture
+def acl_redis():
+    # Short: a unix socket's path may not be longer than 107 bytes.
+    folder = Path(tempfile.mkdtemp(prefix="gf-acl-", dir="/tmp"))
+    server = AclRedis(folder)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _keys(node: str) -> dict[str, str]:
+    prefix = broker_acl.node_key_prefix(node)
+    return {"queue": f"{prefix}node.{node}", "unacked": f"{prefix}unacked", "index": f"{prefix}unacked_index",
+            "binding": f"{prefix}_kombu.binding.node.{node}", "mutex": f"{prefix}unacked_mutex"}
+
+
+@pytest.fixture
+def fleet(acl_redis):
+    """Nodes alpha and bravo enrolled, alpha's queue holding a task, the stream an entry
+    and the centre's consumer group, the centre's own queue a message."""
+    centre = acl_redis.centre()
+    for name in ("alpha", "bravo"):
+        broker_acl.put_node_user(centre, name, f"pw-{name}", STREAM)
+    a = _keys("alpha")
+    centre.lpush(a["queue"], '{"task": "apply_fix"}')
+    centre.hset(a["unacked"], "tag", "[]")
+    centre.zadd(a["index"], {"tag": 1.0})
+    centre.sadd(a["binding"], "node.alpha\x06\x16\x06\x16node.alpha")
+    centre.set(a["mutex"], "token")
+    centre.xadd(STREAM, {"node": "alpha", "body": "secret processes"})
+    centre.xgroup_create(STREAM, "ingest", id="0")
+    centre.lpush("housekeeping", "centre task")
+    centre.set("gpufleet:centre:key", "x")
+    return acl_redis
+
+
+def _refused(client: redis.Redis, *command) -> str | None:
+    """None when the server refused `command` for lack of rights, else what it answered."""
+    connection = client.connection_pool.get_connection()
+    try:
+        connection.send_command(*command)
+        try:
+            answer = connection.read_response()
+        except redis.ResponseError as exc:
+            text = str(exc)
+            if isinstance(exc, redis.exceptions.NoPermissionError) or "no permissions" in text:
+                return None
+            return f"error, not a refusal: {text}"
+        return f"answered {answer!r}"
+    finally:
+        connection.disconnect()
+
+
+def _against(node: str) -> list[tuple]:
+    k = _keys(node)
+    return [
+        # Read the stream: every node's snapshots.
+        ("XRANGE", STREAM, "-", "+"), ("XREVRANGE", STREAM, "+", "-"), ("XREAD", "STREAMS", STREAM, "0"),
+        ("XREADGROUP", "GROUP", "ingest", "bravo", "STREAMS", STREAM, ">"), ("XINFO", "STREAM", STREAM),
+        ("XLEN", STREAM), ("XPENDING", STREAM, "ingest"),
+        ("XAUTOCLAIM", STREAM, "ingest", "bravo", "0", "0"), ("XCLAIM", STREAM, "ingest", "bravo", "0", "0-1"),
+        # Drop or trim what others sent.
+        ("DEL", STREAM), ("UNLINK", STREAM), ("XTRIM", STREAM, "MAXLEN", "0"), ("XDEL", STREAM, "0-1"),
+        ("XACK", STREAM, "ingest", "0-1"), ("XGROUP", "DESTROY", STREAM, "ingest"),
+        ("XGROUP", "SETID", STREAM, "ingest", "$"), ("RENAME", STREAM, k["queue"]),
+        # Node alpha's queue and kombu's keys for it.
+        ("LRANGE", k["queue"], "0", "-1"), ("LINDEX", k["queue"], "0"), ("LLEN", k["queue"]),
+        ("BRPOP", k["queue"], "1"), ("RPOP", k["queue"]), ("LMOVE", k["queue"], _keys("bravo")["queue"], "RIGHT", "LEFT"),
+        ("LPUSH", k["queue"], "forged task"), ("DEL", k["queue"]), ("UNLINK", k["queue"]),
+        ("HGETALL", k["unacked"]), ("HGET", k["unacked"], "tag"), ("HDEL", k["unacked"], "tag"),
+        ("ZRANGE", k["index"], "0", "-1"), ("SMEMBERS", k["binding"]), ("GET", k["mutex"]),
+        ("DUMP", k["queue"]), ("COPY", k["queue"], _keys("bravo")["queue"]),
+        ("SET", k["mutex"], "mine"), ("EXISTS", k["queue"]), ("TYPE", k["queue"]),
+        # The centre's keys.
+        ("LRANGE", "housekeeping", "0", "-1"), ("BRPOP", "housekeeping", "1"), ("DEL", "housekeeping"),
+        ("GET", "gpufleet:centre:key"),
+        # The whole server.
+        ("KEYS", "*"), ("SCAN", "0"), ("RANDOMKEY",), ("DBSIZE",), ("MONITOR",), ("CONFIG", "GET", "*"),
+        ("CONFIG", "SET", "appendonly", "no"), ("FLUSHALL",), ("FLUSHDB",), ("SWAPDB", "0", "1"), ("INFO",),
+        ("OBJECT", "ENCODING", "housekeeping"), ("CLIENT", "LIST"), ("CLIENT", "KILL", "USER", "node:alpha"), ("SLOWLOG", "GET"),
+        ("PUBLISH", "channel", "x"), ("SUBSCRIBE", "channel"), ("PSUBSCRIBE", "*"), ("SSUBSCRIBE", "channel"),
+        ("ACL", "LIST"), ("ACL", "SETUSER", "node:bravo", "+@all"), ("ACL", "GETUSER", "node:alpha"),
+        ("ACL", "LOG"), ("ACL", "SAVE"), ("EVAL", "return 1", "0"), ("SCRIPT", "LOAD", "return 1"),
+        ("FUNCTION", "LIST"), ("WAIT", "0", "0"), ("BGSAVE",), ("SHUTDOWN", "NOSAVE"),
+    ]
+
+
+def test_it_refuses_node_b_everything_of_node_a_the_stream_and_the_centre(fleet):
+    bravo = fleet.client("node:bravo", "pw-bravo")
+    answered = {" ".join(map(str, c)): why for c in _against("alpha") if (why := _refused(bravo, *c))}
+    assert answered == {}
+    centre = fleet.centre()
+    assert centre.llen(_keys("alpha")["queue"]) == 1 and centre.xlen(STREAM) == 1 and centre.llen("housekeeping") == 1
+
+
+def test_it_runs_a_loaded_script_for_node_b_only_on_its_own_keys(fleet):
+    bravo = fleet.client("node:bravo", "pw-bravo")
+    sha = fleet.centre().script_load(Lock.LUA_RELEASE_SCRIPT)
+    assert _refused(bravo, "EVALSHA", sha, "1", _keys("alpha")["mutex"], "token") is None
+    assert fleet.centre().get(_keys("alpha")["mutex"]) == b"token"
+    bravo.set(_keys("bravo")["mutex"], "token")
+    assert bravo.evalsha(sha, 1, _keys("bravo")["mutex"], "token") == 1
+
+
+def test_it_lets_node_b_append_to_the_stream_and_use_its_own_queue(fleet):
+    bravo = fleet.client("node:bravo", "pw-bravo")
+    bravo.xadd(STREAM, {"node": "bravo", "body": "x"}, maxlen=1000, approximate=True)
+    assert fleet.centre().xlen(STREAM) == 2
+    own = _keys("bravo")
+    with bravo.pipeline() as pipe:
+        pipe.sadd(own["binding"], "b").lpush(own["queue"], "task").llen(own["queue"]).execute()
+    assert bravo.brpop([own["queue"]], timeout=1) == (own["queue"].encode(), b"task")
+    bravo.hset(own["unacked"], "t", "m")
+    bravo.zadd(own["index"], {"t": 1})
+    assert bravo.zrange(own["index"], 0, -1) == [b"t"] and bravo.hget(own["unacked"], "t") == b"m"
+    bravo.delete(own["unacked"], own["index"])
+
+
+def test_rotating_closes_the_old_password_out_and_removing_closes_the_user_out(fleet):
+    centre = fleet.centre()
+    connected = fleet.client("node:bravo", "pw-bravo").connection_pool.get_connection()
+    connected.send_command("PING")
+    assert connected.read_response() in (b"PONG", "PONG")
+    broker_acl.put_node_user(centre, "bravo", "pw-new", STREAM)
+    # A connection made with the old password (a thief's, say) is closed, not left running.
+    with pytest.raises(redis.ConnectionError):
+        connected.send_command("PING")
+        connected.read_response()
+    with pytest.raises(redis.AuthenticationError):
+        fleet.client("node:bravo", "pw-bravo").ping()
+    new = fleet.client("node:bravo", "pw-new")
+    assert new.ping()
+    assert broker_acl.node_user_exists(centre, "bravo")
+    assert broker_acl.remove_node_user(centre, "bravo")
+    assert not broker_acl.node_user_exists(centre, "bravo")
+    assert not broker_acl.remove_node_user(centre, "bravo")
+    with pytest.raises(redis.AuthenticationError):
+        fleet.client("node:bravo", "pw-new").ping()
+
+
+def test_a_node_name_with_pattern_characters_matches_only_itself(acl_redis):
+    centre = acl_redis.centre()
+    broker_acl.put_node_user(centre, "a*", "pw", STREAM)
+    centre.lpush(_keys("ab")["queue"], "task")
+    star = acl_redis.client("node:a*", "pw")
+    assert _refused(star, "LRANGE", _keys("ab")["queue"], "0", "-1") is None
+    star.lpush(_keys("a*")["queue"], "own")
+    with pytest.raises(ValueError, match="no spaces"):
+        broker_acl.node_rules("a b", STREAM)
+
+
+def test_the_users_survive_a_restart_through_the_aclfile_and_nobody_is_default(acl_redis):
+    centre = acl_redis.centre()
+    broker_acl.put_node_user(centre, "alpha", "pw-alpha", STREAM)
+    assert broker_acl.save(centre)
+    acl_redis.stop()
+    acl_redis.start()
+    assert acl_redis.client("node:alpha", "pw-alpha").ping()
+    with pytest.raises(redis.RedisError):
+        acl_redis.client(None, None).get("x")
+    # `up` rewrites the centre's line at each start and keeps the nodes enroll saved.
+    acl_redis.stop()
+    line = broker_acl.aclfile_line(broker_acl.CENTRE_USER, CENTRE_PASSWORD, broker_acl.centre_rules())
+    broker_acl.write_aclfile(acl_redis.aclfile, [line], [broker_acl.CENTRE_USER])
+    assert oct(acl_redis.aclfile.stat().st_mode & 0o777) == "0o600"
+    acl_redis.start()
+    assert acl_redis.client("node:alpha", "pw-alpha").ping()
+
+
+def test_saving_without_an_aclfile_says_so():
+    binary = shutil.which("redis-server") or missing_service("redis-server is not installed")
+    folder = Path(tempfile.mkdtemp(prefix="gf-acl-", dir="/tmp"))
+    socket = folder / "redis.sock"
+    proc = subprocess.Popen([binary, "--port", "0", "--unixsocket", str(socket), "--save", "", "--dir", str(folder)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        client = redis.Redis(unix_socket_path=str(socket), socket_timeout=5)
+        deadline = time.monotonic() + 10
+        while not _answers(client) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert broker_acl.save(client) is False
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
