@@ -2,9 +2,10 @@
 
 An agent sends a snapshot each interval, and a few more for jobs ("diagnose now",
 a fix); a host that floods the ingest in its own name must not take the time the
-others' snapshots need. `Admission` is asked before any signature or JSON work, and
-only about names the ingest already knows as enrolled nodes, so it holds at most
-the fleet's nodes."""
+others' snapshots need. `Admission` is asked once an entry's signature is checked
+(anyone may append entries naming any node: forged ones must not spend the named
+node's share) and before any inflating or JSON work; only about enrolled nodes, so it
+holds at most the fleet's nodes."""
 
 from __future__ import annotations
 
