@@ -14,72 +14,16 @@ from pathlib import Path
 
 import pytest
 import redis
-from redis.backoff import NoBackoff
 from redis.lock import Lock
-from redis.retry import Retry
 
 from gpufleet.core import broker_acl
+from tests.acl_redis import CENTRE_PASSWORD, STREAM, running
 from tests.conftest import missing_service
-
-STREAM = "gpufleet:ingest"
-CENTRE_PASSWORD = "centre-password-for-tests"
-
-
-class AclRedis:
-    """A redis-server on a unix socket in a folder of its own, with an aclfile (no default
-    user, the centre's user), as `up` starts it."""
-
-    def __init__(self, folder: Path):
-        self.binary = shutil.which("redis-server")
-        if self.binary is None:
-            missing_service("redis-server is not installed (apt-get install redis-server)")
-        self.folder = folder
-        self.socket = folder / "redis.sock"
-        self.aclfile = folder / "users.acl"
-        line = broker_acl.aclfile_line(broker_acl.CENTRE_USER, CENTRE_PASSWORD, broker_acl.centre_rules())
-        broker_acl.write_aclfile(self.aclfile, [line], [broker_acl.CENTRE_USER])
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [self.binary, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-             "--save", "", "--appendonly", "no", "--dir", str(self.folder), "--aclfile", str(self.aclfile)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                self.centre().ping()
-                return
-            except redis.RedisError:
-                time.sleep(0.05)
-        raise AssertionError("redis-server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(10)
-
-    def client(self, username: str | None, password: str | None) -> redis.Redis:
-        # No retries: a refused login is the answer, not a reason to try again.
-        return redis.Redis(unix_socket_path=str(self.socket), username=username, password=password,
-                           socket_timeout=5, retry=Retry(NoBackoff(), 0))
-
-    def centre(self) -> redis.Redis:
-        return self.client(broker_acl.CENTRE_USER, CENTRE_PASSWORD)
 
 
 @pytest.fixture
 def acl_redis():
-    # Short: a unix socket's path may not be longer than 107 bytes.
-    folder = Path(tempfile.mkdtemp(prefix="gf-acl-", dir="/tmp"))
-    server = AclRedis(folder)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+    yield from running()
 
 
 def _keys(node: str) -> dict[str, str]:
