@@ -1,4 +1,4 @@
-"""The Celery app shared by the central site (ingest worker, beat) and the node agents."""
+"""The Celery app shared by the central site (beat, housekeeping) and the node agents."""
 
 import bz2
 import lzma
@@ -62,4 +62,4 @@ warnings.filterwarnings("ignore", category=SecurityWarning, message="You're runn
 
 app = Celery("gpufleet")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["gpufleet.agent", "gpufleet.claims", "gpufleet.fleet", "gpufleet.jobs", "gpufleet.ingest"])
+app.autodiscover_tasks(["gpufleet.agent", "gpufleet.claims", "gpufleet.fleet", "gpufleet.jobs"])

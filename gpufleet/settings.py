@@ -300,9 +300,6 @@ GPUFLEET_SIGNING_KEY = (os.environ.get("GPUFLEET_SIGNING_KEY") or SECRET_KEY).en
 GPUFLEET_AGENT_KEY = os.environ.get("GPUFLEET_AGENT_KEY", "").strip() or read_private_text(
     DATA_DIR / f"agent-{GPUFLEET_NODE_NAME}.key"
 )
-# Only while upgrading a fleet from agents that did not sign yet: their unsigned
-# snapshots are stored (each logged). Off, an unsigned message is refused like a forged one.
-GPUFLEET_ACCEPT_UNSIGNED = env_bool("GPUFLEET_ACCEPT_UNSIGNED", False)
 
 # --- /metrics ------------------------------------------------------------------
 
@@ -331,7 +328,9 @@ CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT",
 # A message a worker took and never acknowledged (killed mid-task) goes back to its
 # queue after this many seconds. Keep it longer than any task may run
 # (CELERY_TASK_TIME_LIMIT, 120 s), or a slow task is handed to a second worker while the
-# first still runs it (harmless for ingest, whose repeat is a stale snapshot; not for fixes).
+# first still runs it (not harmless for fixes). An ingest stream entry a consumer took
+# and never acknowledged is taken over by another consumer after as long (a repeat
+# there is a stale snapshot, ignored).
 GPUFLEET_BROKER_VISIBILITY_TIMEOUT = env_float("GPUFLEET_BROKER_VISIBILITY_TIMEOUT", 300.0, minimum=1.0)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": GPUFLEET_BROKER_VISIBILITY_TIMEOUT,
@@ -366,27 +365,27 @@ CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 # Celery's Django fixup closes the database connection after every task unless told
 # to reuse it: at 1 connection per snapshot that cost ingest 4/5 of its speed.
 CELERY_DB_REUSE_MAX = 1000
-CELERY_TASK_DEFAULT_QUEUE = "ingest"
-# Celery's prefork pool with pipes that hold a batch (the ingest worker's; the others
-# run solo).
-CELERY_WORKER_POOL = "gpufleet.ingest.pool:TaskPool"
-# The ingest worker stores agents' snapshots in batches of up to this many messages,
-# and while its pool has nothing to do, of what came within GPUFLEET_INGEST_FLUSH_S
-# (gpufleet/ingest/tasks.py).
-# It prefetches two batches' worth (processes.ingest_worker), so keep the batch well
-# below what it can store within the visibility timeout.
+# Central tasks go to the housekeeping worker (routes below); agents' to their node's queue.
+CELERY_TASK_DEFAULT_QUEUE = "housekeeping"
+# Agents append what they send to this Redis stream; `manage.py ingest` consumes it
+# (gpufleet/ingest/stream.py). Agents trim it to about MAXLEN entries as they append:
+# the consumers delete what they stored, so only a backlog that long is ever trimmed,
+# and the consumers log and /metrics counts what was (gpufleet_ingest_stream_trimmed).
+GPUFLEET_INGEST_STREAM = os.environ.get("GPUFLEET_INGEST_STREAM", "gpufleet:ingest")
+GPUFLEET_INGEST_STREAM_MAXLEN = env_int("GPUFLEET_INGEST_STREAM_MAXLEN", 200_000, minimum=1000)
+# A consumer stores up to this many entries in one transaction, and waits up to
+# BLOCK_MS for the first of a batch (also how long SIGTERM may wait for it to notice).
+# Keep the batch well below what it can store within the visibility timeout.
 GPUFLEET_INGEST_BATCH = env_int("GPUFLEET_INGEST_BATCH", 200, minimum=1)
-GPUFLEET_INGEST_FLUSH_S = env_float("GPUFLEET_INGEST_FLUSH_S", 0.1, minimum=0.01)
+GPUFLEET_INGEST_BLOCK_MS = env_int("GPUFLEET_INGEST_BLOCK_MS", 1000, minimum=1)
 # Messages the ingest accepts from one node per GPUFLEET_COLLECT_INTERVAL (its snapshot,
 # and a few for jobs); more are refused and counted (gpufleet/ingest/admission.py).
 GPUFLEET_INGEST_CAP_PER_INTERVAL = env_int("GPUFLEET_INGEST_CAP_PER_INTERVAL", 4, minimum=1)
-# What agents send goes to "ingest"; the central beat's own work goes to "housekeeping",
-# read by the beat's process alone (processes.central_beat), so an hour's prune never
-# holds an ingest slot. Agent tasks are always sent with an explicit queue="node.<name>".
+# What agents send goes to the ingest stream; the central beat's own work goes to
+# "housekeeping", read by the beat's process alone (processes.central_beat), so an hour's
+# prune never delays ingest. Agent tasks are always sent with an explicit queue="node.<name>".
 HOUSEKEEPING_QUEUE = "housekeeping"
 CELERY_TASK_ROUTES = {
-    "gpufleet.fleet.tasks.ingest": {"queue": "ingest"},  # wire.INGEST_TASK, the agents' name
-    "gpufleet.jobs.tasks.job_progress": {"queue": "ingest"},  # wire.JOB_PROGRESS_TASK
     "gpufleet.fleet.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
     "gpufleet.jobs.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
     "gpufleet.claims.tasks.*": {"queue": HOUSEKEEPING_QUEUE},

@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import json
 import re
+import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
@@ -31,14 +32,10 @@ SNAPSHOT_SCHEMA_VERSION = 2
 # Version 1 devices carry only the reference fields; their health fields stay unknown.
 ACCEPTED_SCHEMA_VERSIONS = (1, 2)
 
-# Task names on the broker. They are the wire protocol between agents and the
-# centre, so they keep the names of the first release: agents already deployed
-# go on sending to them.
-INGEST_TASK = "gpufleet.fleet.tasks.ingest"
-JOB_PROGRESS_TASK = "gpufleet.jobs.tasks.job_progress"
+# Names of the tasks the centre sends an agent: the wire protocol between them, so they
+# keep the names of the first release. Agents send on the ingest stream (below).
 COLLECT_TASK = "gpufleet.agent.tasks.collect"
 APPLY_FIX_TASK = "gpufleet.agent.tasks.apply_fix"
-INGEST_QUEUE = "ingest"
 
 
 def agent_queue(node: str) -> str:
@@ -494,3 +491,113 @@ def verify(auth: Any, direction: str, task: str, args: list, key_for, max_age: f
         if signed_at.tzinfo is None or (now or datetime.now(UTC)) - signed_at > timedelta(seconds=max_age):
             raise SignatureError(f"the signature is older than {max_age:g} s")
     return node
+
+
+# The ingest stream. Agents append one entry per message (XADD) to one Redis stream,
+# which the central `manage.py ingest` reads as a consumer group. An entry's fields:
+# node, gen (its key generation), kind, sig and body: the zlib-compressed JSON of the
+# payload, signed as sent. Node and generation are plain fields so that the consumer
+# can refuse an entry of no enrolled node before any inflating or JSON work.
+INGEST_GROUP = "ingest"
+SNAPSHOT, PROGRESS = "snapshot", "progress"
+ENTRY_KINDS = (SNAPSHOT, PROGRESS)
+ENTRY_FIELDS = frozenset({b"node", b"gen", b"kind", b"sig", b"body"})
+# The most one entry's body may be (compressed) and inflate to: an 8-GPU snapshot is a
+# few kilobytes compressed and about 13 KB inflated; the largest the schema admits far less than this.
+ENTRY_BODY_MAX = 1 * 2**20
+ENTRY_INFLATED_MAX = 8 * 2**20
+
+
+class EntryError(ValueError):
+    """A stream entry that cannot be read (fields, body, payload); says why."""
+
+
+class EntryTooLarge(EntryError):
+    """An entry whose body is, or inflates to, more than the bound."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A stream entry as read: who it says it is from, and its body as sent."""
+
+    node: str
+    generation: int
+    kind: str
+    sig: str
+    body: bytes
+
+
+def _entry_digest(secret: bytes, node: str, kind: str, body: bytes) -> str:
+    # Node names and kinds hold no NUL (the schema's name pattern), so the framing is unambiguous.
+    text = b"gpufleet entry\0" + kind.encode() + b"\0" + node.encode() + b"\0" + body
+    return hmac.new(secret, text, hashlib.sha256).hexdigest()
+
+
+def encode_entry(key: NodeKey, node: str, kind: str, payload: list) -> dict[bytes, bytes]:
+    """The fields of the stream entry an agent appends: `payload` (for a snapshot
+    [snapshot text (encode_snapshot), job id or None]; for progress [job id, status,
+    output, error]) as compressed JSON, signed with the node's key."""
+    return signed_entry(key, node, kind, zlib.compress(json.dumps(payload, separators=(",", ":")).encode()))
+
+
+def signed_entry(key: NodeKey, node: str, kind: str, body: bytes) -> dict[bytes, bytes]:
+    """The fields of an entry with `body` as it is (compressed already), signed."""
+    if kind not in ENTRY_KINDS:
+        raise ValueError(f"unknown entry kind {kind!r}")
+    return {b"node": node.encode(), b"gen": str(key.generation).encode(), b"kind": kind.encode(),
+            b"sig": _entry_digest(key.secret, node, kind, body).encode(), b"body": body}
+
+
+def read_entry(fields: Any) -> Entry:
+    """An entry's fields as Redis gives them (bytes to bytes), checked for shape only:
+    nothing inflated, nothing verified. EntryError says what is wrong."""
+    if not isinstance(fields, dict) or set(fields) != ENTRY_FIELDS:
+        raise EntryError("the entry does not have the fields node, gen, kind, sig and body")
+    try:
+        node, gen, kind, sig = (fields[k].decode("ascii") for k in (b"node", b"gen", b"kind", b"sig"))
+    except (UnicodeDecodeError, AttributeError):
+        raise EntryError("the entry's node, gen, kind or sig is not ASCII text") from None
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", node):
+        raise EntryError("the entry's node is not a node name")
+    if not re.fullmatch(r"[1-9][0-9]{0,8}", gen):
+        raise EntryError("the entry's gen is not a key generation")
+    if kind not in ENTRY_KINDS:
+        raise EntryError(f"the entry's kind is not one of {', '.join(ENTRY_KINDS)}")
+    if not re.fullmatch(r"[0-9a-f]{64}", sig):
+        raise EntryError("the entry's sig is not an HMAC-SHA256 in hex")
+    body = fields[b"body"]
+    if len(body) > ENTRY_BODY_MAX:
+        raise EntryTooLarge(f"the entry's body is over {ENTRY_BODY_MAX} bytes")
+    return Entry(node, int(gen), kind, sig, body)
+
+
+def entry_signed_with(entry: Entry, key: NodeKey) -> bool:
+    """Whether `entry` was signed with `key` (the node's current one)."""
+    return hmac.compare_digest(_entry_digest(key.secret, entry.node, entry.kind, entry.body), entry.sig)
+
+
+def entry_payload(entry: Entry, inflated_max: int = ENTRY_INFLATED_MAX) -> tuple[list, int]:
+    """The payload of a signed entry and the bytes it inflated to: its body inflated to at
+    most `inflated_max` bytes, decoded and checked for shape (not the snapshot itself:
+    parse_snapshot does that)."""
+    inflater = zlib.decompressobj()
+    try:
+        data = inflater.decompress(entry.body, inflated_max + 1)
+    except zlib.error as exc:
+        raise EntryError(f"the entry's body does not inflate: {exc}") from None
+    if len(data) > inflated_max:
+        raise EntryTooLarge(f"the entry's body inflates to more than {inflated_max} bytes")
+    if not inflater.eof:
+        raise EntryError("the entry's body is truncated")
+    try:
+        payload = json.loads(data)
+    except (ValueError, RecursionError):
+        raise EntryError("the entry's body is not JSON") from None
+    if entry.kind == SNAPSHOT:
+        if not (isinstance(payload, list) and len(payload) == 2 and isinstance(payload[0], str)
+                and (payload[1] is None or type(payload[1]) is int)):
+            raise EntryError("a snapshot entry's body must be [snapshot text, job id or null]")
+    elif not (isinstance(payload, list) and len(payload) == 4 and type(payload[0]) is int
+              and all(isinstance(text, str) for text in payload[1:])):
+        raise EntryError("a progress entry's body must be [job id, status, output, error]")
+    return payload, len(data)

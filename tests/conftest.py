@@ -96,6 +96,39 @@ def sent_tasks(monkeypatch):
     return calls
 
 
+class StreamOutbox(list):
+    """The entries an agent appended to the ingest stream (their fields), kept here
+    instead of in Redis; `deliver()` hands them to the ingest consumer's code."""
+
+    def xadd(self, name, fields, **options):
+        self.append(fields)
+        return b"0-%d" % len(self)
+
+    def kinds(self) -> list[str]:
+        return [fields[b"kind"].decode() for fields in self]
+
+    def payloads(self, kind: str | None = None) -> list[list]:
+        from gpufleet import wire
+
+        entries = [wire.read_entry(fields) for fields in self]
+        return [wire.entry_payload(entry)[0] for entry in entries if kind in (None, entry.kind)]
+
+    def deliver(self) -> list[str]:
+        from gpufleet.ingest import stream
+
+        return stream.ingest_entries(list(self))
+
+
+@pytest.fixture
+def stream_outbox(monkeypatch):
+    """What agents append to the ingest stream, kept (a StreamOutbox) instead of sent."""
+    from gpufleet.core import broker
+
+    box = StreamOutbox()
+    monkeypatch.setattr(broker, "client", lambda: box)
+    return box
+
+
 @pytest.fixture
 def make_fleet(db):
     """make_fleet(n, gpus=2, prefix="node") ingests n nodes named node-00, node-01, ..."""

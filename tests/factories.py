@@ -64,17 +64,24 @@ def hours_ago(hours: float) -> datetime:
     return datetime.now(UTC) - timedelta(hours=hours)
 
 
-def agent_auth(node: str, task: str, args: list) -> dict:
-    """The `auth` node's agent sends with `task`: the node enrolled, the message signed
-    with its key (as gpufleet.agent.tasks.send_to_centre does)."""
+def agent_entry(payload, job_id: int | None = None, *, node: str | None = None, key=None,
+                kind: str | None = None) -> dict[bytes, bytes]:
+    """The ingest stream entry a node's agent appends (as gpufleet.agent.tasks.send_to_centre
+    does): for a snapshot (a dict, or its text) [text, job_id], else `payload` as given
+    (kind "progress"); signed with `key`, by default the node's own (the node enrolled)."""
     from gpufleet import wire
     from gpufleet.fleet import credentials
 
-    return wire.sign(credentials.enroll(node), node, wire.TO_CENTRE, task, args)
+    if kind is None:
+        kind = wire.SNAPSHOT if isinstance(payload, (dict, str)) else wire.PROGRESS
+    if kind == wire.SNAPSHOT:
+        node = node or (payload["node"] if isinstance(payload, dict) else wire.decode_snapshot(payload)["node"])
+        payload = [payload if isinstance(payload, str) else wire.encode_snapshot(payload), job_id]
+    return wire.encode_entry(key or credentials.enroll(node), node, kind, payload)
 
 
-def signed_ingest(snap: dict, job_id: int | None = None) -> dict:
-    """The ingest task's kwargs for `snap` as its node's agent sends it."""
-    from gpufleet import wire
+def ingest_entry(payload, job_id: int | None = None, **options) -> str:
+    """`agent_entry(...)` handled by the ingest consumer's code, here; its outcome."""
+    from gpufleet.ingest import stream
 
-    return {"snapshot": snap, "job_id": job_id, "auth": agent_auth(snap["node"], wire.INGEST_TASK, [snap, job_id])}
+    return stream.ingest_entries([agent_entry(payload, job_id, **options)])[0]

@@ -19,6 +19,7 @@ from gpufleet import wire
 from gpufleet.agent import jobs_run
 from gpufleet.agent.fixes import apply_fix as run_fix
 from gpufleet.agent.host import snapshot_this_host
+from gpufleet.core import broker
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +38,15 @@ def agent_key() -> wire.NodeKey | None:
         return None
 
 
-def send_to_centre(app, task: str, args: list) -> None:
-    """Send `task` to the central ingest queue, signed as this node."""
+def send_to_centre(kind: str, payload: list) -> None:
+    """Append `payload` (wire.encode_entry: a snapshot or job progress) to the central
+    ingest stream, signed as this node. The stream is trimmed to about
+    GPUFLEET_INGEST_STREAM_MAXLEN entries as this appends: only a backlog that long is
+    ever cut, and the centre counts what was (XADD says nothing about it here)."""
     key = agent_key()
-    auth = wire.sign(key, settings.GPUFLEET_NODE_NAME, wire.TO_CENTRE, task, args) if key else None
-    app.send_task(task, args=args, kwargs={"auth": auth}, queue=wire.INGEST_QUEUE)
+    if key is None:
+        return  # the centre would refuse it; agent_key said why
+    broker.append(wire.encode_entry(key, settings.GPUFLEET_NODE_NAME, kind, payload))
 
 
 def from_centre(task: str, args: list, auth) -> bool:
@@ -62,12 +67,12 @@ def from_centre(task: str, args: list, auth) -> bool:
 
 @shared_task(bind=True, name=wire.COLLECT_TASK, ignore_result=True)
 def collect(self, job_id: int | None = None, auth: dict | None = None) -> None:
-    """Diagnose this host and send the snapshot to the central ingest queue."""
+    """Diagnose this host and send the snapshot to the central ingest stream."""
     if job_id is not None:
         if not from_centre(wire.COLLECT_TASK, [job_id], auth):
             return
-        send_to_centre(self.app, wire.JOB_PROGRESS_TASK, [job_id, "running", "", ""])
-    send_to_centre(self.app, wire.INGEST_TASK, [wire.encode_snapshot(snapshot_this_host()), job_id])
+        send_to_centre(wire.PROGRESS, [job_id, "running", "", ""])
+    send_to_centre(wire.SNAPSHOT, [wire.encode_snapshot(snapshot_this_host()), job_id])
 
 
 @shared_task(bind=True, name=wire.APPLY_FIX_TASK, ignore_result=True)
@@ -81,12 +86,12 @@ def apply_fix(self, job_id: int, code: str, auth: dict | None = None) -> None:
         log.warning("refused fix %s for job %s: this job's fix already ran here", code, job_id)
         return
     ran.record(job_id, now, jobs_run.signed_at(auth))
-    send_to_centre(self.app, wire.JOB_PROGRESS_TASK, [job_id, "running", "", ""])
+    send_to_centre(wire.PROGRESS, [job_id, "running", "", ""])
     result = run_fix(code)
     log.info("fix %s for job %s: %s", code, job_id, "ok" if result.ok else result.error)
     status = "done" if result.ok else "failed"
-    send_to_centre(self.app, wire.JOB_PROGRESS_TASK, [job_id, status, result.output, result.error])
-    send_to_centre(self.app, wire.INGEST_TASK, [wire.encode_snapshot(snapshot_this_host()), None])
+    send_to_centre(wire.PROGRESS, [job_id, status, result.output, result.error])
+    send_to_centre(wire.SNAPSHOT, [wire.encode_snapshot(snapshot_this_host()), None])
 
 
 @worker_ready.connect

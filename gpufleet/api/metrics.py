@@ -3,7 +3,7 @@
 Everything comes from the rows the ingest keeps current (Node, and Device rows not
 vanished), in two queries whatever the fleet's size; the per-GPU history is never read.
 The ingest counters come from the worker's multiprocess files (gpufleet/ingest/metrics.py),
-the broker queue depth from one LLEN with a short timeout.
+the ingest stream's length and trims from one XINFO with a short timeout.
 
 Who may scrape: a valid API token (Bearer, read scope is enough) or a logged-in user,
 either with a role that may view; or, without any credential, a client whose address is in
@@ -29,6 +29,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from gpufleet.api.models import ApiToken
+from gpufleet.core import broker
 from gpufleet.core.access import VIEW, can
 from gpufleet.core.security import address_in, client_ip
 from gpufleet.fleet.models import Device, FindingStatus, Node
@@ -151,22 +152,29 @@ class BrokerCollector:
 
     def _broker(self) -> Iterator[Metric]:
         url = settings.CELERY_BROKER_URL
-        queue = settings.CELERY_TASK_DEFAULT_QUEUE
         if not url.startswith(("redis://", "rediss://", "redis+socket://")):
-            return  # a broker other than Redis (memory:// in tests): no queue depth to ask for
+            return  # a broker other than Redis (memory:// in tests): no stream to ask about
         up = GaugeMetricFamily("gpufleet_broker_up", "1 if this scrape reached the broker, else 0.")
         depth = GaugeMetricFamily(
-            "gpufleet_broker_queue_depth", "Messages waiting in the broker queue.", labels=["queue"]
+            "gpufleet_broker_queue_depth", "Entries waiting in the ingest stream (not stored yet).", labels=["queue"]
         )
+        trimmed = GaugeMetricFamily(
+            "gpufleet_ingest_stream_trimmed",
+            "Entries the ingest stream's MAXLEN dropped before they were stored (GPUFLEET_INGEST_STREAM_MAXLEN).",
+        )
+        client = broker.connect(url, timeout=BROKER_TIMEOUT_SECONDS, retries=0)
         try:
-            waiting = _queue_length(url, queue)
+            waiting, dropped = broker.stream_status(client)
         except (redis.RedisError, OSError):
             up.add_metric([], 0)
             yield up
             return
+        finally:
+            client.close()
         up.add_metric([], 1)
-        depth.add_metric([queue], waiting)
-        yield from (up, depth)
+        depth.add_metric(["ingest"], waiting)
+        trimmed.add_metric([], dropped)
+        yield from (up, depth, trimmed)
 
 
 def _number(raw) -> float | None:
@@ -183,19 +191,6 @@ def _xid_counts(raw) -> list[dict]:
     # PostgreSQL gives the JSON list as text, SQLite may too.
     entries = json.loads(raw) if isinstance(raw, str) else raw
     return [e for e in entries if isinstance(e, dict) and "xid" in e and "count" in e]
-
-
-def _queue_length(url: str, queue: str) -> int:
-    # kombu's Redis transport keeps a queue as a Redis list named after it.
-    client = redis.Redis.from_url(
-        url.replace("redis+socket://", "unix://", 1),
-        socket_timeout=BROKER_TIMEOUT_SECONDS,
-        socket_connect_timeout=BROKER_TIMEOUT_SECONDS,
-    )
-    try:
-        return client.llen(queue)
-    finally:
-        client.close()
 
 
 def render() -> bytes:

@@ -22,30 +22,16 @@ def web(bind: str, workers: int = 2) -> list[str]:
             "--access-logfile", "-"]
 
 
-# The ingest worker's pool processes in gpufleet-ingest.service, one a core of the
-# 2-core host it was measured on (`up` runs one: it shares its host with the web and agent).
-SERVICE_INGEST_CONCURRENCY = 2
-
-
-def ingest_worker(concurrency: int = 1, batch: int | None = None) -> list[str]:
-    """The central worker for what agents send (queue "ingest"): `concurrency` pool
-    processes, one by default. The ingest task stores messages in batches
-    (gpufleet/ingest/tasks.py), so each process prefetches two batches
-    (GPUFLEET_INGEST_BATCH): while a pool process stores one, the worker's consumer
-    receives the next. Receiving costs about as much as storing (a few Redis round trips
-    per message), and in one process (--pool solo) the two took turns: 370 snapshots/s
-    against 465/s with a pool process (manage.py bench, 2 cores)."""
-    from django.conf import settings
-
-    prefetch = 2 * (batch or settings.GPUFLEET_INGEST_BATCH)
-    return [*_CELERY, "worker", "-Q", "ingest", "--concurrency", str(concurrency), "--prefetch-multiplier",
-            str(prefetch), "-n", "ingest@%h", *_QUIET, "-l", "INFO"]
+def ingest() -> list[str]:
+    """One consumer of the agents' ingest stream (`manage.py ingest`). More of them, on
+    this host or others, share the work: each reads its own batches of the group."""
+    return [PYTHON, "manage.py", "ingest"]
 
 
 def central_beat(data_dir: Path) -> list[str]:
     """The central beat (exactly one per site) in a worker of its own that runs what the
     beat schedules (queue "housekeeping": offline marking, history rollups and retention,
-    job expiry, claim release), so that work never takes an ingest slot."""
+    job expiry, claim release), so that work never delays ingest."""
     return [*_CELERY, "worker", "-Q", "housekeeping", "--pool", "solo", "-n", "housekeeping@%h", *_QUIET,
             "-B", "-s", str(data_dir / "beat-central"), "-l", "INFO"]
 
@@ -73,14 +59,14 @@ def redis_server(binary: str, socket: Path) -> list[str]:
 
 def up_procfile(bind: str, web_workers: int, data_dir: Path, extra_agents: Iterable[str] = (),
                 redis: list[str] | None = None) -> str:
-    """The Procfile that `manage.py up` runs: web, the ingest worker, the central beat with
+    """The Procfile that `manage.py up` runs: web, the ingest consumer, the central beat with
     its housekeeping worker, this host's agent, and one more agent per name in
     `extra_agents` (a demo fleet); first the `redis` command line (`redis_server`) when
     there is one."""
     entries = {"redis": shlex.join(redis)} if redis else {}
     entries |= {
         "web": shlex.join(web(bind, web_workers)),
-        "ingest": shlex.join(ingest_worker()),
+        "ingest": shlex.join(ingest()),
         "housekeeping": shlex.join(central_beat(data_dir)),
         "agent": shlex.join(agent()),
     }

@@ -5,7 +5,7 @@ written (wire.sign / wire.verify do the cryptography)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Iterable
 
 from django.conf import settings
 from django.db import transaction
@@ -54,21 +54,17 @@ def key_for(name: str, generation: int) -> wire.NodeKey | None:
     return _key(name, generation) if valid else None
 
 
-def keys_for(auths: list) -> Callable[[str, int], wire.NodeKey | None]:
-    """`key_for` for the nodes that signed `auths` (a batch of messages), in one query."""
-    names = {a["node"] for a in auths if isinstance(a, dict) and isinstance(a.get("node"), str)}
-    valid = set(NodeCredential.objects.filter(name__any=names, revoked_at__isnull=True).values_list("name", "generation"))
-    return lambda name, generation: _key(name, generation) if (name, generation) in valid else None
+def current_generations(names: Iterable[str] | None = None) -> dict[str, int]:
+    """Every enrolled, unrevoked node's current key generation (of those `names`), by name."""
+    valid = NodeCredential.objects.filter(revoked_at__isnull=True)
+    if names is not None:
+        valid = valid.filter(name__any=sorted(names))
+    return dict(valid.values_list("name", "generation"))
 
 
-def sender(auth, task: str, args: list, key_for=key_for) -> str | None:
-    """The node that signed a message from an agent: its name, or SignatureError. None
-    for an unsigned one while GPUFLEET_ACCEPT_UNSIGNED lets those in (an upgrade).
-    `key_for`: as `keys_for` gives it for a batch, else one query per message."""
-    if auth is None and settings.GPUFLEET_ACCEPT_UNSIGNED:
-        log.warning("accepted an unsigned %s message (GPUFLEET_ACCEPT_UNSIGNED is on)", task)
-        return None
-    return wire.verify(auth, wire.TO_CENTRE, task, args, key_for)
+def node_key(name: str, generation: int) -> wire.NodeKey:
+    """`name`'s key of `generation` (whether that is still valid is the caller's question)."""
+    return _key(name, generation)
 
 
 def sign_for_agent(name: str, task: str, args: list) -> dict | None:
@@ -77,22 +73,6 @@ def sign_for_agent(name: str, task: str, args: list) -> dict | None:
     if credential is None:
         return None
     return wire.sign(_key(name, credential.generation), name, wire.TO_AGENT, task, args)
-
-
-def signed_with_old_key(auth, task: str, args: list) -> bool:
-    """Whether a refused message is its node's own, signed with a key that node had
-    before a rotation or revocation: its agent was not given the new key, rather than
-    someone else speaking for it. Only then is the refusal shown on the node's page."""
-    if not isinstance(auth, dict) or not isinstance(auth.get("node"), str) or not isinstance(auth.get("key"), int):
-        return False
-    credential = NodeCredential.objects.filter(name=auth["node"]).first()
-    if credential is None or auth["key"] > credential.generation:
-        return False
-    try:
-        wire.verify(auth, wire.TO_CENTRE, task, args, _key)
-    except wire.SignatureError:
-        return False
-    return True
 
 
 def enroll_many(names: list[str]) -> dict[str, wire.NodeKey]:

@@ -429,7 +429,7 @@ def _update_node(node: Node, snapshot: Snapshot, devices: tuple[gpu.Device, ...]
 
 def finish_diagnosis(job_id: int, result: IngestResult, node: str | None = None) -> bool:
     """Close the "diagnose now" job that this snapshot answers, if it is a job of
-    `node` (the snapshot's signer; None only for unsigned ones, see credentials.sender)."""
+    `node` (the snapshot's signer; None: any node's job)."""
     if result.outcome == ACCEPTED:
         return report_progress(job_id, JobStatus.DONE, "new snapshot stored", node=node)
     if result.outcome == STALE:

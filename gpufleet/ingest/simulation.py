@@ -22,7 +22,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
-from kombu.exceptions import OperationalError
+from redis import ConnectionError as BrokerUnreachable
+from redis import TimeoutError as BrokerTimeout
 
 from gpufleet import gpu
 from gpufleet.claims import services as claims
@@ -210,7 +211,7 @@ def run(
         started = monotonic()
         try:
             sent = send_round(nodes, send, timezone.now(), tick)
-        except OperationalError as exc:
+        except (BrokerUnreachable, BrokerTimeout) as exc:
             if once:
                 raise
             log.warning("round %d: the broker is unreachable (%s); trying again in %.0f s", tick, exc, delay)

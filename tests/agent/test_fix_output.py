@@ -9,7 +9,6 @@ import pytest
 from gpufleet import wire
 from gpufleet.agent import tasks as agent
 from gpufleet.fleet import credentials
-from gpufleet.jobs import tasks as job_tasks
 from gpufleet.jobs.models import Job, JobKind, JobStatus
 from tests.factories import ingest, snapshot
 
@@ -17,17 +16,13 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def alpha_agent(settings, monkeypatch):
+def alpha_agent(settings, monkeypatch, stream_outbox):
     """The agent of node alpha, enrolled, allowing the cdi fix; what it sends is kept."""
     key = credentials.enroll("alpha")
     settings.GPUFLEET_NODE_NAME, settings.GPUFLEET_AGENT_KEY = "alpha", str(key)
     settings.GPUFLEET_AGENT_FIXES = ["cdi"]
     monkeypatch.setattr(agent, "snapshot_this_host", lambda: snapshot("alpha", 2, fixes=["cdi"]))
-    from gpufleet.celery import app
-
-    sent: list[tuple[str, list, dict]] = []
-    monkeypatch.setattr(app, "send_task", lambda name, args=None, kwargs=None, **o: sent.append((name, args, kwargs)))
-    return sent
+    return stream_outbox
 
 
 def test_a_fix_printing_a_nul_byte_finishes_with_its_output(fake_host, alpha_agent):
@@ -35,10 +30,9 @@ def test_a_fix_printing_a_nul_byte_finishes_with_its_output(fake_host, alpha_age
     job = Job.objects.create(node=ingest("alpha", 2, fixes=["cdi"]), kind=JobKind.FIX, fix_code="cdi")
     agent.apply_fix.run(job.pk, "cdi", auth=credentials.sign_for_agent("alpha", wire.APPLY_FIX_TASK, [job.pk, "cdi"]))
 
-    progress = [(args, kwargs) for name, args, kwargs in alpha_agent if name == wire.JOB_PROGRESS_TASK]
-    assert [args[1] for args, _ in progress] == ["running", "done"]
-    for args, kwargs in progress:  # delivered as the ingest worker would: the signature holds
-        assert job_tasks.job_progress.run(*args, **kwargs)
+    assert [status for _, status, *_ in alpha_agent.payloads(wire.PROGRESS)] == ["running", "done"]
+    # Delivered as the ingest consumer would: the signatures hold.
+    assert alpha_agent.deliver() == ["progress", "progress", "accepted"]
     job.refresh_from_db()
     assert job.status == JobStatus.DONE
     assert job.output == (

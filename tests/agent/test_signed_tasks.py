@@ -14,8 +14,6 @@ from gpufleet.agent import tasks as agent
 from gpufleet.agent.fixes import FixRun
 from gpufleet.fleet import credentials
 from gpufleet.fleet.models import Node
-from gpufleet.ingest import tasks as ingest_tasks
-from gpufleet.jobs import tasks as job_tasks
 from gpufleet.jobs.models import Job, JobKind, JobStatus
 from tests.factories import ingest, snapshot
 
@@ -23,14 +21,10 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def outbox(monkeypatch):
-    """What the agent sends, with its kwargs (the signature), instead of a broker."""
-    sent: list[tuple[str, list, dict]] = []
+def outbox(monkeypatch, stream_outbox):
+    """What the agent appends to the ingest stream, kept instead of sent."""
     monkeypatch.setattr(agent, "snapshot_this_host", lambda: snapshot("alpha", 2))
-    from gpufleet.celery import app
-
-    monkeypatch.setattr(app, "send_task", lambda name, args=None, kwargs=None, **o: sent.append((name, args, kwargs)))
-    return sent
+    return stream_outbox
 
 
 @pytest.fixture
@@ -40,27 +34,22 @@ def alpha_agent(settings):
     return key
 
 
-def _deliver(sent):
-    """Hand the agent's messages to the central tasks, as the ingest worker would."""
-    central = {wire.INGEST_TASK: ingest_tasks.ingest_message, wire.JOB_PROGRESS_TASK: job_tasks.job_progress.run}
-    return [central[name](*args, **kwargs) for name, args, kwargs in sent]
-
-
 def test_what_the_agent_sends_is_signed_and_stored(alpha_agent, outbox):
     agent.collect.run()
-    assert [name for name, *_ in outbox] == [wire.INGEST_TASK]
-    assert outbox[0][2]["auth"]["node"] == "alpha"
+    assert outbox.kinds() == [wire.SNAPSHOT]
+    assert (outbox[0][b"node"], outbox[0][b"gen"]) == (b"alpha", str(alpha_agent.generation).encode())
     # The snapshot travels as its JSON text, signed as it is.
-    assert wire.decode_snapshot(outbox[0][1][0])["node"] == "alpha" and isinstance(outbox[0][1][0], str)
-    assert _deliver(outbox) == ["accepted"]
+    [[text, job_id]] = outbox.payloads()
+    assert wire.decode_snapshot(text)["node"] == "alpha" and job_id is None
+    assert outbox.deliver() == ["accepted"]
     assert Node.objects.get(name="alpha").gpu_count == 2
 
 
 def test_a_diagnose_request_the_centre_signed_runs_and_finishes_its_job(alpha_agent, outbox):
     job = Job.objects.create(node=ingest("alpha", 2), kind=JobKind.DIAGNOSE)
     agent.collect.run(job.pk, auth=credentials.sign_for_agent("alpha", wire.COLLECT_TASK, [job.pk]))
-    assert [name for name, *_ in outbox] == [wire.JOB_PROGRESS_TASK, wire.INGEST_TASK]
-    _deliver(outbox)
+    assert outbox.kinds() == [wire.PROGRESS, wire.SNAPSHOT]
+    assert outbox.deliver() == ["progress", "accepted"]
     job.refresh_from_db()
     assert job.status == JobStatus.DONE
 
@@ -102,11 +91,11 @@ def test_a_signed_fix_runs_once_per_job(alpha_agent, outbox, monkeypatch):
     assert runs == ["cdi"]
 
 
-def test_an_agent_without_a_key_says_so_and_the_centre_refuses_it(settings, outbox, caplog):
+def test_an_agent_without_a_key_says_so_and_sends_nothing(settings, outbox, caplog):
     settings.GPUFLEET_NODE_NAME, settings.GPUFLEET_AGENT_KEY = "alpha", ""
     agent.collect.run()
     assert "not enrolled (GPUFLEET_AGENT_KEY is not set)" in caplog.text and "manage.py enroll alpha" in caplog.text
-    assert _deliver(outbox) == ["rejected"]
+    assert outbox == []  # an entry needs a key generation and a signature: the centre would refuse it
     assert not Node.objects.exists()
 
 

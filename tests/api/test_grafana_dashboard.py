@@ -77,7 +77,8 @@ def served(viewer_client, settings, monkeypatch) -> dict[str, set[str]]:
     for outcome in ("accepted", "stale", "rejected"):
         record_ingest(outcome, 0.01)
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/0"
-    monkeypatch.setattr(metrics, "_queue_length", lambda url, queue: 3)  # the broker, at the network boundary
+    # The broker, at the network boundary: 3 entries waiting, none trimmed.
+    monkeypatch.setattr(metrics.broker, "stream_status", lambda client, stream=None: (3, 0))
     response = viewer_client.get("/metrics")
     assert response.status_code == 200
     names: dict[str, set[str]] = {}

@@ -105,14 +105,14 @@ def test_it_still_answers_when_the_broker_is_unreachable(settings):
     assert not any(name == "gpufleet_broker_queue_depth" for name, _ in samples)
 
 
-def test_the_ingest_task_counts_each_snapshot_it_handles():
-    from gpufleet.ingest import tasks
-    from tests.factories import signed_ingest, snapshot
+def test_the_ingest_consumer_counts_each_snapshot_it_handles():
+    from gpufleet.ingest import stream
+    from tests.factories import agent_entry, snapshot
 
     before = _samples(render().decode())
-    good = signed_ingest(snapshot("alpha", 1))
-    assert tasks.ingest_message(**good) == "accepted"
-    assert tasks.ingest_message(**good) == "stale"
+    good = agent_entry(snapshot("alpha", 1))
+    assert stream.ingest_entries([good]) == ["accepted"]
+    assert stream.ingest_entries([good]) == ["stale"]
     after = _samples(render().decode())
     for outcome in ("accepted", "stale"):
         key = ("gpufleet_ingest_snapshots_total", (("outcome", outcome),))

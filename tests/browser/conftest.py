@@ -173,9 +173,13 @@ def add_history(node, hours: int = 24, every_minutes: int = 5) -> int:
 
 
 class InProcessBroker:
-    """Stands in for the broker: app.send_task puts messages here, and the test
-    delivers them one by one to the real task functions (agent collect, ingest,
-    job progress) in this process, so each step of a job can be watched on the page."""
+    """Stands in for Redis: app.send_task (the centre's tasks for agents) and the agents'
+    appends to the ingest stream put messages here, and the test delivers them one by
+    one to the real code (agent collect, the ingest consumer's) in this process, so each
+    step of a job can be watched on the page. Stream entries are named by their kind:
+    INGEST for a snapshot, JOB_PROGRESS for a job report."""
+
+    KINDS = {b"snapshot": "gpufleet.fleet.tasks.ingest", b"progress": "gpufleet.jobs.tasks.job_progress"}
 
     def __init__(self):
         import queue
@@ -188,6 +192,11 @@ class InProcessBroker:
         self.sent.append(message)
         self.messages.put((message, dict(kwargs or {})))  # kwargs: the signature
 
+    def xadd(self, stream, fields, **options):
+        message = (self.KINDS[fields[b"kind"]], [], stream)
+        self.sent.append(message)
+        self.messages.put((message, fields))
+
     def take(self, name: str, timeout: float = 10) -> tuple[str, list, str | None]:
         return self._take(name, timeout)[0]
 
@@ -197,12 +206,16 @@ class InProcessBroker:
         return got, kwargs
 
     def deliver(self, name: str, timeout: float = 10) -> tuple[str, list, str | None]:
-        """Run the next message (which must be a `name` task) as a worker would."""
-        import gpufleet.ingest.tasks  # noqa: F401  a worker autodiscovers it; this process must import it
+        """Run the next message (which must be a `name` task or entry) as a worker or the
+        ingest consumer would."""
         from gpufleet.celery import app
+        from gpufleet.ingest import stream
 
         message, kwargs = self._take(name, timeout)
-        app.tasks[name].apply(args=message[1], kwargs=kwargs, throw=True)
+        if name in self.KINDS.values():
+            stream.ingest_entries([kwargs])
+        else:
+            app.tasks[name].apply(args=message[1], kwargs=kwargs, throw=True)
         return message
 
     def empty(self) -> bool:
@@ -211,13 +224,14 @@ class InProcessBroker:
 
 @pytest.fixture
 def broker_here(monkeypatch):
-    """app.send_task goes to an InProcessBroker for the test; see deliver()."""
-    # Registers the tasks the broker delivers to (collect, job_progress, ingest).
+    """app.send_task and the ingest stream go to an InProcessBroker for the test; see deliver()."""
+    # Registers the tasks the broker delivers to (collect, apply_fix).
     import gpufleet.agent.tasks
-    import gpufleet.fleet.tasks
-    import gpufleet.jobs.tasks  # noqa: F401
+    import gpufleet.fleet.tasks  # noqa: F401
     from gpufleet.celery import app
+    from gpufleet.core import broker as redis_broker
 
     broker = InProcessBroker()
     monkeypatch.setattr(app, "send_task", broker.send_task)
+    monkeypatch.setattr(redis_broker, "client", lambda: broker)
     return broker

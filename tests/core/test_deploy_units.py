@@ -23,7 +23,7 @@ def _env_file(name: str) -> dict[str, str]:
 DATA = Path(_env_file("central.env.example")["GPUFLEET_DATA_DIR"])
 UNITS = {
     "gpufleet-web.service": processes.web("127.0.0.1:8000", 4),
-    "gpufleet-ingest.service": processes.ingest_worker(concurrency=processes.SERVICE_INGEST_CONCURRENCY),
+    "gpufleet-ingest.service": processes.ingest(),
     "gpufleet-beat.service": processes.central_beat(DATA),
     "gpufleet-agent.service": processes.agent(),
 }
@@ -63,11 +63,8 @@ def test_it_runs_what_up_runs():
     assert entries["agent"] == _argv(_service("gpufleet-agent.service")["ExecStart"])
     assert entries["agent-demo-1"] == ["env", "GPUFLEET_NODE_NAME=demo-1", *entries["agent"]]
     assert entries["housekeeping"] == _argv(_service("gpufleet-beat.service")["ExecStart"])
-    # `up` runs one ingest process; the site as many as it likes, on the same queue and worker name.
-    ingest = _argv(_service("gpufleet-ingest.service")["ExecStart"])
-    assert entries["ingest"] == processes.ingest_worker()
-    assert ingest[ingest.index("-Q"):][:2] == entries["ingest"][entries["ingest"].index("-Q"):][:2]
-    assert ingest[ingest.index("-n") + 1] == entries["ingest"][entries["ingest"].index("-n") + 1]
+    # `up` runs one consumer of the ingest stream; the site as many as it likes.
+    assert entries["ingest"] == _argv(_service("gpufleet-ingest.service")["ExecStart"]) == processes.ingest()
 
 
 def test_it_keeps_agent_and_central_on_the_same_data_dir():

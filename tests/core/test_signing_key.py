@@ -38,5 +38,5 @@ def test_each_node_and_generation_gets_its_own_key():
 
 def test_what_the_agent_signs_with_its_enrolled_key_the_centre_accepts():
     key = wire.NodeKey.parse(str(credentials.enroll("alpha")))
-    auth = wire.sign(key, "alpha", wire.TO_CENTRE, wire.INGEST_TASK, ["{}", None])
-    assert credentials.sender(auth, wire.INGEST_TASK, ["{}", None]) == "alpha"
+    entry = wire.read_entry(wire.encode_entry(key, "alpha", wire.SNAPSHOT, ["{}", None]))
+    assert wire.entry_signed_with(entry, credentials.node_key("alpha", entry.generation))

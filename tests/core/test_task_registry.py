@@ -25,12 +25,12 @@ from gpufleet.celery import app
 app.loader.import_default_modules()
 print(json.dumps({"registered": sorted(app.tasks),
                   "wanted": sorted({e["task"] for e in settings.CELERY_BEAT_SCHEDULE.values()}
-                                   | {wire.INGEST_TASK, wire.JOB_PROGRESS_TASK})}))
+                                   | {wire.COLLECT_TASK, wire.APPLY_FIX_TASK})}))
 """
 
 
 @pytest.mark.parametrize("role", ["central", "agent"])
-def test_every_task_a_beat_schedules_or_an_agent_sends_is_registered(role):
+def test_every_task_a_beat_schedules_or_the_centre_sends_is_registered(role):
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "gpufleet.settings", "GPUFLEET_ROLE": role}
     proc = subprocess.run([sys.executable, "-c", LOAD_AS_A_WORKER], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=60)

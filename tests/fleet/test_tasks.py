@@ -13,8 +13,7 @@ from gpufleet.core import processes
 from gpufleet.fleet import history, tasks
 from gpufleet.fleet.models import DeviceSample, DeviceSample5m, Node
 from gpufleet.ingest.services import ingest_snapshot
-from gpufleet.ingest.tasks import ingest_message
-from tests.factories import signed_ingest, snapshot
+from tests.factories import ingest_entry, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -49,10 +48,9 @@ def test_the_roll_up_task_rolls_finished_buckets():
     assert DeviceSample5m.objects.count() == 2
 
 
-def test_the_beats_work_goes_to_the_housekeeping_queue_and_agents_messages_to_ingest():
+def test_the_beats_work_goes_to_the_housekeeping_queue_never_to_an_ingest_consumer():
     from django.conf import settings
 
-    from gpufleet import wire
     from gpufleet.celery import app
 
     def queue(task: str) -> str:
@@ -62,9 +60,8 @@ def test_the_beats_work_goes_to_the_housekeeping_queue_and_agents_messages_to_in
         "gpufleet.fleet.tasks.prune_history", "gpufleet.fleet.tasks.roll_history"}
     for entry in settings.CELERY_BEAT_SCHEDULE.values():
         assert queue(entry["task"]) == "housekeeping", entry["task"]
-    assert queue(wire.INGEST_TASK) == queue(wire.JOB_PROGRESS_TASK) == wire.INGEST_QUEUE
-    # Only the beat's own process reads it: never an ingest worker.
-    assert "housekeeping" not in processes.ingest_worker(concurrency=2)
+    # Only the beat's own process reads it: the ingest consumer reads only the stream.
+    assert "housekeeping" not in processes.ingest()
     assert processes.central_beat(Path("/d"))[processes.central_beat(Path("/d")).index("-Q") + 1] == "housekeeping"
 
 
@@ -80,12 +77,12 @@ def test_the_central_beat_runs_the_history_housekeeping():
     assert {"gpufleet.fleet.tasks.roll_history", "gpufleet.fleet.tasks.prune_history"} <= set(app.tasks)
 
 
-def test_the_ingest_task_finishes_the_job_it_answers(admin_user):
+def test_the_ingest_consumer_finishes_the_job_it_answers(admin_user):
     from gpufleet.jobs.models import Job, JobKind, JobStatus
 
     ingest_snapshot(snapshot("n", gpus=1))
     job = Job.objects.create(node=Node.objects.get(name="n"), kind=JobKind.DIAGNOSE)
     snap = snapshot("n", gpus=1, at=timezone.now() + timedelta(seconds=1))
-    assert ingest_message(**signed_ingest(snap, job.pk)) == "accepted"
+    assert ingest_entry(snap, job.pk) == "accepted"
     job.refresh_from_db()
     assert job.status == JobStatus.DONE

@@ -5,18 +5,16 @@ from __future__ import annotations
 import gc
 
 import pytest
-from celery.signals import worker_process_init
-from celery_batches import SimpleRequest
 from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 
 from gpufleet import wire
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
-from gpufleet.ingest import services, tasks
+from gpufleet.ingest import services, stream
 from gpufleet.ingest.services import ACCEPTED, REJECTED, STALE, ingest_snapshot, ingest_snapshots
 from gpufleet.jobs.models import Job, JobKind, JobStatus
-from tests.factories import later, signed_ingest, snapshot
+from tests.factories import agent_entry, ingest_entry, later, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -137,13 +135,13 @@ def test_statements_per_batch_do_not_grow_with_batch_size_or_gpu_count(size, gpu
     assert sorted(changed) == sorted(s["node"] for s in seconds if s["findings"][0]["message"].endswith(" (changed)"))
 
 
-def test_the_ingest_task_finishes_the_job_its_snapshot_answers(admin_user):
+def test_the_ingest_consumer_finishes_the_job_its_snapshot_answers(admin_user):
     node = Node.objects.create(name="n")
     job = Job.objects.create(node=node, kind=JobKind.DIAGNOSE, requested_by=admin_user)
     bad = snapshot("m", gpus=1)
     bad["extra"] = 1
-    assert tasks.ingest_message(**signed_ingest(snapshot("n", gpus=1), job.pk)) == ACCEPTED
-    assert tasks.ingest_message(**signed_ingest(bad)) == REJECTED
+    assert ingest_entry(snapshot("n", gpus=1), job.pk) == ACCEPTED
+    assert ingest_entry(bad) == REJECTED
     job.refresh_from_db()
     assert job.status == JobStatus.DONE
 
@@ -155,9 +153,7 @@ def test_a_diagnosis_is_done_when_a_newer_snapshot_of_its_node_lands_in_the_same
     job = Job.objects.create(node=node, kind=JobKind.DIAGNOSE, requested_by=admin_user)
     answer = snapshot("n", gpus=1)
     scheduled = snapshot("n", gpus=1, at=later(answer))
-    messages = [signed_ingest(answer, job.pk), signed_ingest(scheduled)]
-    requests = [_request([m["snapshot"], m["job_id"]], {"auth": m["auth"]}) for m in messages]
-    assert tasks.ingest.run(requests) == [STALE, ACCEPTED]
+    assert stream.ingest_entries([agent_entry(answer, job.pk), agent_entry(scheduled)]) == [STALE, ACCEPTED]
     job.refresh_from_db()
     assert job.status == JobStatus.DONE and job.output == "a newer snapshot of the node is stored"
 
@@ -178,36 +174,27 @@ def test_a_snapshot_superseded_by_one_the_database_refuses_is_rejected_too(monke
     assert not Node.objects.filter(name="n").exists()
 
 
-def _request(args, kwargs) -> SimpleRequest:
-    return SimpleRequest("id", wire.INGEST_TASK, args, kwargs, {}, "ingest@test", True, None, None, {})
-
-
-def test_the_batch_task_gives_each_message_its_own_outcome_in_one_store(monkeypatch):
-    good = signed_ingest(snapshot("good", gpus=1))
-    forged = signed_ingest(snapshot("forged", gpus=1))
-    forged["auth"] = dict(forged["auth"], sig="0" * 64)
-    other = signed_ingest(snapshot("mine", gpus=1))
-    other["snapshot"] = snapshot("theirs", gpus=1)  # signed by "mine", about "theirs"
+def test_a_batch_gives_each_entry_its_own_outcome_in_one_store(monkeypatch):
+    good = agent_entry(snapshot("good", gpus=1))
+    forged = {**agent_entry(snapshot("forged", gpus=1)), b"sig": b"0" * 64}
+    other = agent_entry(snapshot("theirs", gpus=1), node="mine")  # signed by "mine", about "theirs"
     stores = []
     real = services.ingest_snapshots
-    monkeypatch.setattr(tasks, "ingest_snapshots", lambda batch: stores.append(len(batch)) or real(batch))
-    requests = [
-        _request([good["snapshot"], None], {"auth": good["auth"]}),
-        _request([forged["snapshot"], None], {"auth": forged["auth"]}),
-        _request([other["snapshot"], None], {"auth": other["auth"]}),
-        _request([], {}),  # no snapshot at all
-        _request([good["snapshot"], None], {"auth": good["auth"]}),  # redelivered
-    ]
-    assert tasks.ingest.run(requests) == [ACCEPTED, REJECTED, REJECTED, REJECTED, STALE]
+    monkeypatch.setattr(stream, "ingest_snapshots", lambda batch: stores.append(len(batch)) or real(batch))
+    entries = [good, forged, other, {}, good]  # {}: no fields at all; the last one redelivered
+    assert stream.ingest_entries(entries) == [ACCEPTED, REJECTED, REJECTED, REJECTED, STALE]
     assert stores == [2]  # the two whose signatures hold, in one call
     assert list(Node.objects.values_list("name", flat=True)) == ["good"]
 
 
-def test_the_batch_task_runs_as_a_batch_of_one_when_eager(settings):
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    good = signed_ingest(snapshot("good", gpus=1))
-    tasks.ingest.apply(args=[good["snapshot"], None], kwargs={"auth": good["auth"]})
-    assert Node.objects.filter(name="good").exists()
+def test_bodies_that_inflate_past_the_batch_bound_wait_for_a_later_batch(monkeypatch):
+    monkeypatch.setattr(stream, "BATCH_INFLATED_MAX", wire.ENTRY_INFLATED_MAX + 20_000)
+    entries = [agent_entry(snapshot(f"n{i}", gpus=1)) for i in range(60)]
+    outcomes = stream.ingest_entries(entries)
+    deferred = outcomes.index(stream.DEFERRED)
+    assert 0 < deferred < 60 and outcomes[:deferred] == [ACCEPTED] * deferred
+    assert outcomes[deferred:] == [stream.DEFERRED] * (60 - deferred)
+    assert Node.objects.count() == deferred
 
 
 def test_it_retries_while_the_database_is_unreachable(monkeypatch):
@@ -220,13 +207,13 @@ def test_it_retries_while_the_database_is_unreachable(monkeypatch):
         return real(snapshots)
 
     real = services.ingest_snapshots
-    monkeypatch.setattr(tasks, "ingest_snapshots", flaky)
+    monkeypatch.setattr(stream, "ingest_snapshots", flaky)
     slept, closed = [], []
-    monkeypatch.setattr(tasks.time, "sleep", slept.append)
+    monkeypatch.setattr(stream.time, "sleep", slept.append)
     # The broken connection is dropped before each new try (here not for real: the
     # test's own database connection must stay open).
-    monkeypatch.setattr(tasks, "close_old_connections", lambda: closed.append(True))
-    results = tasks.store_with_retries([snapshot("n", gpus=1)], delays=(1, 2, 4))
+    monkeypatch.setattr(stream, "close_old_connections", lambda: closed.append(True))
+    results = stream.store_with_retries([snapshot("n", gpus=1)], delays=(1, 2, 4))
     assert calls == [1, 1, 1] and slept == [1, 2] and len(closed) == 2
     assert results[0].outcome == ACCEPTED and Node.objects.filter(name="n").exists()
 
@@ -235,66 +222,11 @@ def test_it_raises_when_the_database_stays_unreachable(monkeypatch):
     def down(snapshots):
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr(tasks, "ingest_snapshots", down)
-    monkeypatch.setattr(tasks.time, "sleep", lambda s: None)
-    monkeypatch.setattr(tasks, "close_old_connections", lambda: None)
+    monkeypatch.setattr(stream, "ingest_snapshots", down)
+    monkeypatch.setattr(stream.time, "sleep", lambda s: None)
+    monkeypatch.setattr(stream, "close_old_connections", lambda: None)
     with pytest.raises(OperationalError):
-        tasks.store_with_retries([snapshot("n", gpus=1)], delays=(1,))
-
-
-class _Received:
-    """A message as the worker's consumer holds it (what Batches.flush reads), that
-    records whether it was acknowledged or given back to the broker."""
-
-    def __init__(self, message: dict):
-        self.id, self.name, self.hostname = "id", wire.INGEST_TASK, "ingest@test"
-        self._payload = ([message["snapshot"], message["job_id"]], {"auth": message["auth"]}, {})
-        self.delivery_info, self.request_dict = {}, {}
-        self.ignore_result, self.reply_to, self.correlation_id = True, None, None
-        self.fate = None
-
-    def acknowledge(self):
-        self.fate = "acknowledged"
-
-    def reject(self, requeue=False):
-        self.fate = "requeued" if requeue else "rejected"
-
-
-class _InlinePool:
-    num_processes = 1
-
-    def apply_async(self, target, args, callback, error_callback):
-        callback(target(*args))
-
-
-def _flushed(monkeypatch, store) -> list[str | None]:
-    monkeypatch.setattr(tasks.ingest, "_pool", _InlinePool(), raising=False)
-    monkeypatch.setattr(tasks, "store_with_retries", store)
-    received = [_Received(signed_ingest(snapshot(f"n{i}", gpus=1))) for i in range(3)]
-    tasks.ingest.flush(received)
-    return [r.fate for r in received]
-
-
-def test_a_batch_the_database_cannot_take_for_now_goes_back_to_the_broker(monkeypatch):
-    """The database unreachable for longer than the task's retries: nothing is stored,
-    and the messages are given back to be taken again, never acknowledged as stored."""
-    def unreachable(snapshots):
-        raise OperationalError("connection refused")
-
-    assert _flushed(monkeypatch, unreachable) == ["requeued"] * 3
-    assert not Node.objects.exists()
-
-
-def test_a_stored_batch_is_acknowledged_and_one_that_fails_for_good_too(monkeypatch):
-    """A batch that fails with anything but an unreachable database would fail again
-    on every delivery: it is logged and acknowledged, so it cannot hold up the queue."""
-    assert _flushed(monkeypatch, tasks.store_with_retries) == ["acknowledged"] * 3
-    assert Node.objects.count() == 3
-
-    def broken(snapshots):
-        raise RuntimeError("a bug")
-
-    assert _flushed(monkeypatch, broken) == ["acknowledged"] * 3
+        stream.store_with_retries([snapshot("n", gpus=1)], delays=(1,))
 
 
 @pytest.fixture
@@ -306,11 +238,10 @@ def collector_restored():
 
 
 @pytest.mark.django_db(False)
-def test_the_pool_process_that_stores_batches_collects_garbage_less_often(collector_restored):
-    """Celery sends worker_process_init in each new pool process: there, what the process
-    holds from its start leaves the collector's generations, and the youngest is collected
-    after GC_YOUNG_THRESHOLD new objects instead of Python's 700."""
+def test_the_consumer_collects_garbage_less_often(collector_restored):
+    """What the process holds from its start leaves the collector's generations, and the
+    youngest is collected after GC_YOUNG_THRESHOLD new objects instead of Python's 700."""
     assert gc.get_freeze_count() == 0
-    worker_process_init.send(sender=None)
-    assert gc.get_threshold()[0] == tasks.GC_YOUNG_THRESHOLD > 700
-    assert gc.get_freeze_count() > 10_000  # the modules, Django and Celery loaded in this process
+    stream.tune_garbage_collector()
+    assert gc.get_threshold()[0] == stream.GC_YOUNG_THRESHOLD > 700
+    assert gc.get_freeze_count() > 10_000  # the modules and Django loaded in this process

@@ -24,18 +24,18 @@ NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
 @pytest.fixture
 def delivered(monkeypatch):
-    """Stands in for the broker and one ingest worker: each snapshot sent is stored
-    at once by the real ingest task, which checks the simulated agent's signature."""
-    from gpufleet.celery import app
-    from gpufleet.ingest import tasks
+    """Stands in for Redis and one ingest consumer: each entry appended is stored at
+    once by the consumer's code, which checks the simulated agent's signature."""
+    from gpufleet.core import broker
+    from gpufleet.ingest import stream
 
     outcomes: list[str] = []
 
-    def deliver(name, args=None, kwargs=None, queue=None, **options):
-        assert (name, queue) == ("gpufleet.fleet.tasks.ingest", "ingest")
-        outcomes.append(tasks.ingest_message(*args, **kwargs))
+    class Deliver:
+        def xadd(self, name, fields, **options):
+            outcomes.extend(stream.ingest_entries([fields]))
 
-    monkeypatch.setattr(app, "send_task", deliver)
+    monkeypatch.setattr(broker, "client", Deliver)
     return outcomes
 
 
@@ -104,14 +104,9 @@ def test_it_refuses_to_simulate_over_a_real_node_of_the_same_name(delivered):
 
 
 def test_an_unreachable_broker_is_a_clear_error(monkeypatch, settings):
-    from kombu.exceptions import OperationalError
+    from gpufleet.core import broker
 
-    from gpufleet.celery import app
-
-    def refuse(*args, **kwargs):
-        raise OperationalError("Error 111 connecting to 127.0.0.1:1. Connection refused.")
-
-    monkeypatch.setattr(app, "send_task", refuse)
+    monkeypatch.setattr(broker, "client", lambda: broker.connect("redis://127.0.0.1:1/0", retries=0))
     with pytest.raises(CommandError, match="cannot reach the broker"):
         call_command("simulate", "--nodes", "2", "--once")
 
@@ -120,32 +115,33 @@ def test_it_keeps_sending_through_a_broker_outage_as_the_workers_do(own_redis, c
     """The broker is killed after the first round and started again after a try has
     failed: the command logs it, waits, reconnects and sends the next round (stopped
     then by Ctrl-C, as a person stops it)."""
-    from kombu.exceptions import OperationalError
+    import redis
 
-    from gpufleet.celery import app
+    from gpufleet.core import broker
 
-    real_send = app.send_task
+    real = broker.connect(own_redis.url, timeout=2, retries=0)
     sent, refused = [], []
 
-    def send_task(*args, **kwargs):
-        if len(sent) == 4:
-            raise KeyboardInterrupt  # in the third round
-        if own_redis.proc.poll() is not None and refused:
-            own_redis.start()  # the outage ends after the command has tried at least once
-        try:
-            real_send(*args, **kwargs)
-        except OperationalError:
-            refused.append(args[0])
-            raise
-        sent.append(args[0])
-        if len(sent) == 2:
-            own_redis.kill()  # after the first round: a Redis outage
+    class Outage:
+        def xadd(self, name, fields, **options):
+            if len(sent) == 4:
+                raise KeyboardInterrupt  # in the third round
+            if own_redis.proc.poll() is not None and refused:
+                own_redis.start()  # the outage ends after the command has tried at least once
+            try:
+                real.xadd(name, fields, **options)
+            except redis.ConnectionError:
+                refused.append(name)
+                raise
+            sent.append(name)
+            if len(sent) == 2:
+                own_redis.kill()  # after the first round: a Redis outage
 
-    monkeypatch.setattr(app, "send_task", send_task)
+    monkeypatch.setattr(broker, "client", Outage)
     call_command("simulate", "--nodes", "2", "--interval", "0.1", "--wait", "0", "--claims-percent", "0")
 
     out = capsys.readouterr().out
     assert "round 0: sent 2 snapshot(s)" in out and "round 1: sent 2 snapshot(s)" in out and "stopped" in out
     assert refused and "the broker is unreachable" in caplog.text
     # Both rounds reached the broker: the first survived in its append-only file.
-    assert own_redis.client().llen("ingest") == 4
+    assert own_redis.client().xlen("gpufleet:ingest") == 4

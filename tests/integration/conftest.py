@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.core.broker import client as _STREAM_CLIENT  # the real one, whatever a test patches
 from tests.conftest import missing_service
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
@@ -23,8 +24,11 @@ class Broker:
     data_dir: Path
     transport_options: dict = field(default_factory=dict)
 
+    stream: str = "gpufleet:ingest"
+
     def env(self) -> dict[str, str]:
-        return {"CELERY_BROKER_URL": self.url, "GPUFLEET_DATA_DIR": str(self.data_dir)}
+        return {"CELERY_BROKER_URL": self.url, "GPUFLEET_DATA_DIR": str(self.data_dir),
+                "GPUFLEET_INGEST_STREAM": self.stream}
 
 
 def _redis_url() -> str:
@@ -42,29 +46,38 @@ def _check_redis(url: str) -> None:
 
 
 def _use_broker(app, url: str, options: dict) -> tuple:
+    from django.conf import settings
+
     before = (app.conf.broker_url, app.conf.broker_transport_options)
-    app.conf.broker_url = url
+    app.conf.broker_url = settings.CELERY_BROKER_URL = url
     app.conf.broker_transport_options = options
     app._pool = None  # drop pooled connections to the previous broker
     app.amqp._producer_pool = None
+    _STREAM_CLIENT.cache_clear()  # the same for the ingest stream's client
     return before
 
 
 @pytest.fixture
-def broker(tmp_path, monkeypatch):
-    """The shared Redis (CI's, or a developer's on the default port)."""
+def broker(tmp_path, monkeypatch, settings):
+    """The shared Redis (CI's, or a developer's on the default port), with an ingest
+    stream of the test's own."""
     from gpufleet.celery import app
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     url = _redis_url()
     _check_redis(url)
-    chosen = Broker("redis", url, data_dir, dict(app.conf.broker_transport_options or {}))
+    chosen = Broker("redis", url, data_dir, dict(app.conf.broker_transport_options or {}),
+                    stream=f"it-{uuid.uuid4().hex[:8]}:ingest")
+    settings.GPUFLEET_INGEST_STREAM = chosen.stream
     # Celery prefers the CELERY_BROKER_URL environment variable over its config.
     monkeypatch.setenv("CELERY_BROKER_URL", chosen.url)
     before = _use_broker(app, chosen.url, chosen.transport_options)
     yield chosen
     _use_broker(app, *before)
+    import redis
+
+    redis.Redis.from_url(url).delete(chosen.stream)
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Claims against real use, end to end: a fake GPU host whose nvidia-smi lists a
-process in a Docker container, its agent a real `celery worker` sending through
-Redis to a real ingest worker. The node page then shows the GPU used without a
+process in a Docker container, its agent a real `celery worker` appending to the
+Redis ingest stream, read by a real `manage.py ingest`. The node page then shows the GPU used without a
 claim, and the claim whose GPU did nothing for the (shortened) idle hours."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from gpufleet.claims import services as claims
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
 from tests.fakes.recorded import DATA_DIR
-from tests.integration.workers import agent_key_env, celery_worker, database_url_for_workers, wait_for
+from tests.integration.workers import agent_key_env, celery_worker, database_url_for_workers, ingest_consumer, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -39,7 +39,7 @@ def test_the_node_page_shows_a_gpu_used_without_a_claim_and_a_claim_left_idle(
     agent = {**common, **fake_host.env(), "GPUFLEET_ROLE": "agent", "GPUFLEET_NODE_NAME": node_name,
              "GPUFLEET_PROC_ROOT": str(proc), **agent_key_env(node_name)}
 
-    with celery_worker("ingest", "ingest", central) as ingest, \
+    with ingest_consumer(central) as ingest, \
          celery_worker("agent", f"node.{node_name}", agent, beat_file=tmp_path / "beat-agent") as worker:
         workers = (ingest, worker)
         node = wait_for(lambda: Node.objects.filter(name=node_name, gpu_count=8).first(), 30,

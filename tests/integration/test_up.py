@@ -62,11 +62,11 @@ def _wait(predicate, timeout, what, up):
 
 BURST = textwrap.dedent(f"""
     from datetime import datetime, timedelta, timezone
-    from gpufleet.celery import app
+    from gpufleet.core import broker
     from gpufleet.fleet.models import Node
     from gpufleet.jobs.services import request_diagnosis
     from django.contrib.auth import get_user_model
-    from tests.factories import agent_auth, snapshot
+    from tests.factories import agent_entry, snapshot
     t0 = datetime.now(timezone.utc) - timedelta(minutes=1)
     node = Node.objects.get(name="this-host")
     admin = get_user_model().objects.get(username="admin")
@@ -74,8 +74,7 @@ BURST = textwrap.dedent(f"""
     for k in range({SNAPSHOTS_PER_NODE}):
         for n in range({BURST_NODES}):
             snap = snapshot(f"burst-{{n}}", gpus=1, at=t0 + timedelta(seconds=k))
-            auth = agent_auth(snap["node"], "gpufleet.fleet.tasks.ingest", [snap, None])
-            app.send_task("gpufleet.fleet.tasks.ingest", args=[snap, None], kwargs={{"auth": auth}}, queue="ingest")
+            broker.append(agent_entry(snap))
         if k < {DIAGNOSES}:
             jobs.append(request_diagnosis(node, admin).pk)
     print("jobs", jobs)
@@ -98,7 +97,9 @@ def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
     port = _free_port()
     data = tmp_path / "data"
     env = {**os.environ, **fake_host.env(), "GPUFLEET_DATA_DIR": str(data), "GPUFLEET_NODE_NAME": "this-host",
-           "GPUFLEET_COLLECT_INTERVAL": "2", "PYTHONUNBUFFERED": "1"}
+           "GPUFLEET_COLLECT_INTERVAL": "2", "PYTHONUNBUFFERED": "1",
+           # The burst sends each node SNAPSHOTS_PER_NODE snapshots within one interval.
+           "GPUFLEET_INGEST_CAP_PER_INTERVAL": str(2 * SNAPSHOTS_PER_NODE)}
     for name in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE"):
         env.pop(name, None)
     if shutil.which("redis-server", path=env["PATH"]) is None:
@@ -144,7 +145,7 @@ def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
         assert " exited with code " not in log.read_text(), "a process of up died under load"
         _wait(lambda: _query(db, "select gpu_count from fleet_node where name='demo-1'") == [(8,)], 30, "demo-1", up)
 
-        # Kill the web, the ingest worker (with the central beat inside) and the Redis outright.
+        # Kill the web, the ingest consumer and the Redis outright.
         seen = _query(db, "select max(last_seen) from fleet_node where name='this-host'")[0][0]
         pids = {name: _started_pid(log, name) for name in killed_ones}
         for pid in pids.values():
@@ -154,7 +155,7 @@ def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
         _wait(lambda: _healthz(port), 60, "the web answering again", up)
         print(f"web answering again {time.monotonic() - killed:.1f} s after the kill")
         _wait(lambda: _query(db, "select max(last_seen) from fleet_node where name='this-host'")[0][0] > seen,
-              60, "a snapshot stored by the restarted ingest worker", up)
+              60, "a snapshot stored by the restarted ingest consumer", up)
         print(f"ingest storing again {time.monotonic() - killed:.1f} s after the kill")
         restarts = re.findall(r"\| (\w+) exited with code -9 .*; restarting in 1 s", log.read_text())
         assert sorted(restarts) == sorted(killed_ones)
@@ -172,7 +173,7 @@ def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
     for name in ("web", "ingest", "agent", "agent-demo-1"):
         assert re.search(rf"\| {name} +stopped \(exit code", output), name
     assert "GET /healthz HTTP/1.1\" 200" in (data / "logs" / "web.log").read_text()
-    assert "ingest@" in (data / "logs" / "ingest.log").read_text()
+    assert "ingest consumer" in (data / "logs" / "ingest.log").read_text()
     assert "agent.demo-1@" in (data / "logs" / "agent-demo-1.log").read_text()
     assert "agent-demo-1: env GPUFLEET_NODE_NAME=demo-1 " in (data / "Procfile").read_text()
 
@@ -188,10 +189,13 @@ def _as_the_shell_runs(line: str, env: dict[str, str]) -> tuple[list[str], dict[
 
 
 FORGED = textwrap.dedent("""
+    from gpufleet import wire
     from gpufleet.celery import app
+    from gpufleet.core import broker
     from tests.factories import snapshot
-    app.send_task("gpufleet.fleet.tasks.ingest", args=[snapshot("ghost", gpus=1), None], kwargs={"auth": None},
-                  queue="ingest")
+    # Signed with the key ghost would have, had it been enrolled.
+    key = wire.derive_node_key(b"not this site's", "ghost", 1)
+    broker.append(wire.encode_entry(key, "ghost", wire.SNAPSHOT, [wire.encode_snapshot(snapshot("ghost", gpus=1)), None]))
     app.send_task("gpufleet.agent.tasks.collect", args=[1], kwargs={"auth": None}, queue="node.demo-1")
 """)
 # Long enough for the housekeeping beat's 10 s job expiry and several 2 s offline checks.
@@ -231,7 +235,7 @@ def test_the_readme_demo_runs_as_shown_and_up_prints_each_line_once(fake_host, t
         forged = subprocess.run([sys.executable, "manage.py", "shell", "-c", FORGED], cwd=REPO, env=env,
                                 capture_output=True, text=True, timeout=60)
         assert forged.returncode == 0, forged.stderr
-        _wait(lambda: "refused a snapshot for node 'ghost'" in log.read_text()
+        _wait(lambda: "ingest entries of node 'ghost'" in log.read_text()
               and "refused gpufleet.agent.tasks.collect" in log.read_text(), 30, "the forged messages refused", up)
         time.sleep(max(0.0, QUIET_WINDOW_S - (time.monotonic() - quiet_from)))
     finally:
@@ -248,7 +252,7 @@ def test_the_readme_demo_runs_as_shown_and_up_prints_each_line_once(fake_host, t
     assert "demo-a40 enrolled" in agent_output and "demo-h100 enrolled" in agent_output, agent_output[-3000:]
     assert "not enrolled" not in agent_output
     # Each line once: a worker's handler and ours both printed every line of its own.
-    [refused] = re.findall(r".*refused a snapshot for node 'ghost'.*", output)
+    [refused] = re.findall(r".*refused 1 ingest entries of node 'ghost'.*", output)
     assert "manage.py enroll NAME" in refused  # an unenrolled agent is told how to enrol it
     assert len(re.findall(r"refused gpufleet\.agent\.tasks\.collect", output)) == 1
     # No Celery chatter for each beat tick and task, no warning for running as root.

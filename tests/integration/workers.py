@@ -1,5 +1,6 @@
-"""Real Celery worker processes for integration tests, started the way the
-deployment starts them (celery -A gpufleet.celery worker ...)."""
+"""Real worker processes for integration tests, started the way the deployment starts
+them: Celery workers (celery -A gpufleet.celery worker ...) and ingest consumers
+(manage.py ingest)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from django.conf import settings
 from django.db import connection
 
+from gpufleet.core import processes
 from gpufleet.core.workers import REPO, WorkerDidNotStart, WorkerProcess, database_url, running_worker
 
-__all__ = ["REPO", "agent_key_env", "celery_worker", "database_url_for_workers", "send_snapshot", "wait_for"]
+__all__ = ["REPO", "agent_key_env", "celery_worker", "database_url_for_workers", "ingest_consumer", "send_snapshot",
+           "wait_for"]
 
 
 def database_url_for_workers() -> str:
@@ -25,18 +27,22 @@ def database_url_for_workers() -> str:
 @contextlib.contextmanager
 def celery_worker(name: str, queues: str, env: dict[str, str], beat_file: Path | None = None) -> Iterator[WorkerProcess]:
     argv = [sys.executable, "-m", "celery", "-A", "gpufleet.celery", "worker", "-Q", queues,
-            "-n", f"{name}@%h", "--without-mingle", "--without-gossip", "-l", "INFO"]
-    if "ingest" in queues.split(","):
-        # As the deployment runs it (processes.ingest_worker): a pool process, two
-        # batches' worth prefetched.
-        argv += ["--concurrency", "1", "--prefetch-multiplier", str(2 * settings.GPUFLEET_INGEST_BATCH)]
-    else:
-        argv += ["--pool", "solo"]
+            "-n", f"{name}@%h", "--without-mingle", "--without-gossip", "-l", "INFO", "--pool", "solo"]
     if beat_file is not None:
         argv += ["-B", "-s", str(beat_file)]
     try:
         with running_worker(argv, env, name) as worker:
             yield worker
+    except WorkerDidNotStart as exc:
+        raise AssertionError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def ingest_consumer(env: dict[str, str], name: str = "ingest") -> Iterator[WorkerProcess]:
+    """`manage.py ingest` (processes.ingest), until it says it is ready; stopped on leaving."""
+    try:
+        with running_worker(processes.ingest(), env, name) as consumer:
+            yield consumer
     except WorkerDidNotStart as exc:
         raise AssertionError(str(exc)) from None
 
@@ -63,13 +69,10 @@ def agent_key_env(node: str) -> dict[str, str]:
     return {"GPUFLEET_AGENT_KEY": str(credentials.enroll(node))}
 
 
-def send_snapshot(snap, node: str | None = None, **options) -> None:
-    """Put `snap` on the broker for the ingest worker, signed by its node's agent (or by
-    `node`, for one that names none)."""
-    from gpufleet import wire
-    from gpufleet.celery import app
-    from tests.factories import agent_auth
+def send_snapshot(snap, node: str | None = None, key=None, to=None) -> bytes:
+    """Append `snap` to the ingest stream (the settings' broker, or the client `to`),
+    signed by its node's agent (or by `node`, for one that names none; with `key`, by that key)."""
+    from gpufleet.core import broker
+    from tests.factories import agent_entry
 
-    args = [snap, None]
-    auth = agent_auth(node or snap["node"], wire.INGEST_TASK, args)
-    app.send_task(wire.INGEST_TASK, args=args, kwargs={"auth": auth}, queue=wire.INGEST_QUEUE, **options)
+    return broker.append(agent_entry(snap, node=node, key=key), to or broker.client())

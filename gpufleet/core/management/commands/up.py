@@ -1,4 +1,4 @@
-"""Start the whole thing on one machine: web, ingest worker with the central beat,
+"""Start the whole thing on one machine: web, the ingest consumer, the central beat,
 and an agent for this host, all sharing the settings' database and broker (by
 default SQLite and a private Redis that `up` starts and stops, so no server needs
 setting up).
@@ -62,7 +62,7 @@ def _node_name(value: str) -> str:
 
 
 class Command(BaseCommand):
-    help = "Run web, ingest worker, central beat and this host's agent until interrupted."
+    help = "Run web, ingest consumer, central beat and this host's agent until interrupted."
 
     def add_arguments(self, parser):
         parser.add_argument("--bind", default=os.environ.get("GPUFLEET_BIND", "127.0.0.1:8000"))

@@ -1,10 +1,10 @@
 """Measure the figures of the fleet-scale targets, each beside a peer or a floor
 measured in the same run, in a throwaway test database (never the configured one):
 
-- ingest through the real path (snapshots sent as Celery messages to Redis and
-  stored by a real ingest worker, as processes.ingest_worker starts it, from the
-  queue they wait in) with one pool process and with the pool processes of
-  gpufleet-ingest.service, and with one pool process again for a busy fleet
+- ingest through the real path (snapshots appended to the Redis ingest stream and
+  stored by real `manage.py ingest` consumers, as processes.ingest starts them, from
+  the backlog they wait in) with one consumer and with SERVICE_CONSUMERS sharing the
+  group, and with one consumer again for a busy fleet
   (every GPU's figures, and so its findings, new in each snapshot, where the
   others repeat the last snapshot's), in-process one at a time and in batches, beside the
   floor: the same rows written by raw psycopg with COPY and set-based
@@ -20,6 +20,7 @@ skipped, with the reason under "skipped"); otherwise a table. Progress goes to s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -36,7 +37,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext, setup_test_environment
 
 from gpufleet import gpu, wire
-from gpufleet.core import processes
+from gpufleet.core import broker, processes
 from gpufleet.core.workers import WorkerDidNotStart, database_url, running_worker
 from gpufleet.fleet import credentials
 from gpufleet.fleet.benchmarks import add_history
@@ -46,12 +47,15 @@ from gpufleet.ingest.services import ingest_snapshot, ingest_snapshots
 
 PREFIX = "bench-"
 BATCH = 100  # snapshots per ingest_snapshots call and per floor transaction
-# Snapshots of each node the real path stores: enough messages that the worker runs
+# Snapshots of each node the real path stores: enough entries that the consumers run
 # for seconds, not for the few batches of one round.
 REAL_PATH_ROUNDS = 4
 # The real-path ingest uses a Redis database of its own on the configured server, so
-# the bench's worker never takes the site's snapshots, nor the site's workers the bench's.
+# the bench's consumers never take the site's snapshots, nor the site's consumers the bench's.
 BENCH_REDIS_DB = 15
+# The consumers sharing the group in the second real-path figure (one a core of the
+# 2-core host the figures were first taken on).
+SERVICE_CONSUMERS = 2
 WORKER_START_S = 60
 # A peer the bench always measures: Django's admin changelist of the same nodes.
 ADMIN = "admin_changelist"
@@ -221,56 +225,59 @@ class Command(BaseCommand):
             except DatabaseError as exc:  # it takes a superuser or pg_checkpoint
                 self._say(f"no checkpoint before the figure ({exc}); it may pay for an earlier one's writes")
 
-    def _ingest_real_path(self, rounds: list[list[dict]], at: datetime, key: str,
-                          pool_processes: int) -> float | None:
+    def _ingest_real_path(self, rounds: list[list[dict]], at: datetime, key: str, consumers: int) -> float | None:
         """Known nodes' snapshots, REAL_PATH_ROUNDS `rounds` of them (re-timed a second
-        apart from `at`), sent as the agents send them and stored by a real ingest worker
-        with `pool_processes`: from the worker's start until every one is stored. The
-        messages wait in the queue before the worker starts, as a backlog does: agents
-        sign and send on their own hosts, and here a sender beside the worker would take
-        the cores it is measured on. Returns the rate, or None with the reason (under
-        `key`) where it was skipped."""
-        broker = _bench_broker(settings.CELERY_BROKER_URL)
-        if broker is None:
+        apart from `at`), appended to the ingest stream as the agents append them and
+        stored by `consumers` real `manage.py ingest` processes: from their start until
+        every one is stored. The entries wait in the stream before the consumers start, as
+        a backlog does: agents sign and send on their own hosts, and here a sender beside
+        the consumers would take the cores they are measured on. Returns the rate, or None
+        with the reason (under `key`) where it was skipped."""
+        bench = _bench_broker(settings.CELERY_BROKER_URL)
+        if bench is None:
             return self._skip(key, f"the broker {_safe_url(settings.CELERY_BROKER_URL)} is not Redis")
-        url, client = broker
+        url, client = bench
+        stream_key = settings.GPUFLEET_INGEST_STREAM
         try:
-            waiting = client.llen(wire.INGEST_QUEUE)
+            waiting = client.xlen(stream_key)
         except Exception as exc:  # any failure to reach Redis skips the figure, saying why
-            return self._skip(key, f"no Redis reachable at {_safe_url(url)} ({exc})")
-        finally:
             client.close()
+            return self._skip(key, f"no Redis reachable at {_safe_url(url)} ({exc})")
         if waiting:
-            return self._skip(key, f"the queue {wire.INGEST_QUEUE!r} in {_safe_url(url)} already holds {waiting} "
-                                   "messages that are not this run's; not consuming them")
-        from gpufleet.celery import app
-
+            client.close()
+            return self._skip(key, f"the stream {stream_key!r} in {_safe_url(url)} already holds {waiting} "
+                                   "entries that are not this run's; not consuming them")
         snapshots = rounds[0]
         last = at + timedelta(seconds=REAL_PATH_ROUNDS - 1)
-        messages = self._messages(_timed(rounds, at))
+        entries = self._entries(_timed(rounds, at))
         names = [s["node"] for s in snapshots]
         metrics_dir = tempfile.mkdtemp(prefix="gpufleet-bench-metrics-")
         env = {"CELERY_BROKER_URL": url, "DATABASE_URL": database_url(connection.settings_dict), "GPUFLEET_ROLE": "central",
-               "PROMETHEUS_MULTIPROC_DIR": metrics_dir, "GPUFLEET_DATA_DIR": str(settings.DATA_DIR)}
+               "PROMETHEUS_MULTIPROC_DIR": metrics_dir, "GPUFLEET_DATA_DIR": str(settings.DATA_DIR),
+               # Each node's REAL_PATH_ROUNDS snapshots come within one interval.
+               "GPUFLEET_INGEST_CAP_PER_INTERVAL": str(max(REAL_PATH_ROUNDS, settings.GPUFLEET_INGEST_CAP_PER_INTERVAL))}
         if not os.environ.get("GPUFLEET_SIGNING_KEY"):
-            env["SECRET_KEY"] = settings.SECRET_KEY  # the worker checks signatures with the same key
-        self._say(f"sending {len(messages)} snapshots to {_safe_url(url)}, then storing them with a celery worker ...")
+            env["SECRET_KEY"] = settings.SECRET_KEY  # the consumers check signatures with the same key
+        self._say(f"appending {len(entries)} snapshots to {_safe_url(url)}, then storing them with "
+                  f"{consumers} ingest consumer(s) ...")
         try:
-            with app.connection_for_write(url) as conn, conn.Producer() as producer:
-                for args, kwargs in messages:
-                    app.send_task(wire.INGEST_TASK, args=args, kwargs=kwargs, queue=wire.INGEST_QUEUE,
-                                  producer=producer)
+            with client.pipeline(transaction=False) as pipe:
+                for fields in entries:
+                    broker.append(fields, pipe)
+                pipe.execute()
             stored = Node.objects.filter(name__in=names, collected_at__gte=last)
-            with running_worker(processes.ingest_worker(pool_processes), env, "ingest") as worker:
+            with contextlib.ExitStack() as stack:
+                started = [stack.enter_context(running_worker(processes.ingest(), env, f"ingest-{i}"))
+                           for i in range(consumers)]
                 began = time.perf_counter()
-                deadline = time.monotonic() + max(60.0, len(messages) / 5)
+                deadline = time.monotonic() + max(60.0, len(entries) / 5)
                 done = 0
                 while done < len(snapshots):
-                    if not worker.alive():
-                        return self._skip(key, f"the worker exited:\n{worker.output}")
+                    if dead := [c for c in started if not c.alive()]:
+                        return self._skip(key, f"a consumer exited:\n{dead[0].output}")
                     if time.monotonic() > deadline:
                         return self._skip(key, f"only {done} of {len(snapshots)} nodes' last snapshots stored in "
-                                               f"time:\n{worker.output}")
+                                               f"time:\n{started[0].output}")
                     time.sleep(0.02)
                     done = stored.count()
                 elapsed = time.perf_counter() - began
@@ -278,13 +285,12 @@ class Command(BaseCommand):
             return self._skip(key, str(exc))
         finally:
             shutil.rmtree(metrics_dir, ignore_errors=True)
-            # What this run sent and its worker did not store (all of it where the figure
-            # was skipped, else stale copies at most): the queue of the bench's own database
-            # was empty before, so these are this run's, not anyone's snapshots.
-            _, client = _bench_broker(settings.CELERY_BROKER_URL)
-            client.delete(wire.INGEST_QUEUE)
+            # What this run appended and its consumers did not store (all of it where the
+            # figure was skipped): the stream of the bench's own database was empty
+            # before, so these are this run's, not anyone's snapshots.
+            client.delete(stream_key, broker.deleted_key(stream_key))
             client.close()
-        return len(messages) / elapsed
+        return len(entries) / elapsed
 
     def _fleet_one_host_keeps_up_with(self) -> None:
         """The nodes whose snapshots the ingest service stores as fast as they come, at the
@@ -294,16 +300,12 @@ class Command(BaseCommand):
         self.figures["collect_interval_s"] = interval
         self.figures["fleet_nodes_one_host_keeps_up_with"] = None if rate is None else round(rate * interval, -2)
 
-    def _messages(self, rounds: list[list[dict]]) -> list[tuple[list, dict]]:
-        """(args, kwargs) of each ingest message of each round, signed with its node's
-        key as its agent would sign it when this wire protocol signs."""
+    def _entries(self, rounds: list[list[dict]]) -> list[dict[bytes, bytes]]:
+        """The stream entry of each snapshot of each round, signed with its node's key as
+        its agent signs it."""
         keys = credentials.enroll_many(sorted({s["node"] for snapshots in rounds for s in snapshots}))
-        messages = []
-        for snap in (s for snapshots in rounds for s in snapshots):
-            args = [wire.encode_snapshot(snap), None]
-            auth = wire.sign(keys[snap["node"]], snap["node"], wire.TO_CENTRE, wire.INGEST_TASK, args)
-            messages.append((args, {"auth": auth}))
-        return messages
+        return [wire.encode_entry(keys[snap["node"]], snap["node"], wire.SNAPSHOT, [wire.encode_snapshot(snap), None])
+                for snapshots in rounds for snap in snapshots]
 
     def _ingest_copy_floor(self, snapshots: list[dict], at: datetime) -> float | None:
         """The rows of the real path's snapshots, REAL_PATH_ROUNDS of each node as there,
@@ -329,8 +331,8 @@ class Command(BaseCommand):
         return wanted / elapsed
 
     def _ingest_beside_the_floor(self, snapshots: list[dict], start: datetime, repeat: int) -> None:
-        """The real path with one pool process (for a fleet whose snapshots repeat the last
-        one's figures, then for a busy one's) and with the service's, `repeat` times each,
+        """The real path with one consumer (for a fleet whose snapshots repeat the last
+        one's figures, then for a busy one's) and with SERVICE_CONSUMERS, `repeat` times each,
         with the COPY floor measured before, between and after them (it writes every row
         whether or not it changed, so its cost is the same for both): each real-path run is
         compared with the floor runs just before and after it, and each figure is the
@@ -340,11 +342,11 @@ class Command(BaseCommand):
         at a slow moment)."""
         f = self.figures
         same = [snapshots] * REAL_PATH_ROUNDS
-        # key: (ratio key, pool processes, the rounds it stores)
+        # key: (ratio key, consumers, the rounds it stores)
         paths = {"ingest_snapshots_per_s": ("ratio_ingest_to_copy_floor", 1, same),
                  "ingest_busy_snapshots_per_s": ("ratio_ingest_busy_to_copy_floor", 1, _busy_rounds(snapshots)),
                  "ingest_service_snapshots_per_s": ("ratio_ingest_service_to_copy_floor",
-                                                    processes.SERVICE_INGEST_CONCURRENCY, same)}
+                                                    SERVICE_CONSUMERS, same)}
         steps = [None, *(step for _ in range(repeat) for key in paths for step in (key, None))]
         rates = []
         for i, key in enumerate(steps):
@@ -353,8 +355,8 @@ class Command(BaseCommand):
             if key is None:
                 rates.append(self._ingest_copy_floor(snapshots, at))
             else:
-                _, pool_processes, rounds = paths[key]
-                rates.append(self._ingest_real_path(rounds, at, key, pool_processes))
+                _, consumers, rounds = paths[key]
+                rates.append(self._ingest_real_path(rounds, at, key, consumers))
         floors = rates[0::2]
         f["ingest_copy_floor_runs_per_s"] = [_rounded(rate) for rate in floors]
         f["ingest_copy_floor_per_s"] = _median(floors)
@@ -501,17 +503,16 @@ class Command(BaseCommand):
         def ms(value):
             return "skipped" if value is None else f"{value:,.1f} ms"
 
-        service = processes.SERVICE_INGEST_CONCURRENCY
+        service = SERVICE_CONSUMERS
         ratios = {"ingest_snapshots_per_s": "ratio_ingest_to_copy_floor",
                   "ingest_busy_snapshots_per_s": "ratio_ingest_busy_to_copy_floor",
                   "ingest_service_snapshots_per_s": "ratio_ingest_service_to_copy_floor",
                   "ingest_one_per_s": "ratio_ingest_one_to_copy_floor",
                   "ingest_batch_per_s": "ratio_ingest_batch_to_copy_floor"}
-        for key, label in (("ingest_snapshots_per_s", "ingest, real path (Celery worker, 1 pool process)"),
+        for key, label in (("ingest_snapshots_per_s", "ingest, real path (stream, 1 consumer)"),
                            ("ingest_busy_snapshots_per_s",
-                            "ingest, real path, 1 pool process, busy fleet (every snapshot's findings new)"),
-                           ("ingest_service_snapshots_per_s",
-                            f"ingest, real path as gpufleet-ingest.service runs it ({service} pool processes)"),
+                            "ingest, real path, 1 consumer, busy fleet (every snapshot's findings new)"),
+                           ("ingest_service_snapshots_per_s", f"ingest, real path, {service} consumers"),
                            ("ingest_one_per_s", "ingest in process, one at a time"),
                            ("ingest_batch_per_s", f"ingest in process, batches of {BATCH}")):
             out(f"| {label} | {rate(f.get(key))} | COPY + INSERT ON CONFLICT floor | "
@@ -531,8 +532,8 @@ class Command(BaseCommand):
         out("ingest runs in the order measured (real paths beside the floor runs before and after them; the figures "
             "above are medians, each real path's ratio the median of its runs' ratios):")
         out(f"  floor: {', '.join(rate(run) for run in f['ingest_copy_floor_runs_per_s'])}")
-        for key, label in (("ingest_snapshots", "1 pool process"), ("ingest_busy_snapshots", "1 pool process, busy"),
-                           ("ingest_service_snapshots", f"{service} pool processes")):
+        for key, label in (("ingest_snapshots", "1 consumer"), ("ingest_busy_snapshots", "1 consumer, busy"),
+                           ("ingest_service_snapshots", f"{service} consumers")):
             ratio_runs = f[f"{ratios[key + '_per_s']}_runs"]
             out(f"  {label}: {', '.join(rate(run) for run in f[key + '_runs_per_s'])} "
                 f"(ratios {', '.join(_show(r) for r in ratio_runs)})")

@@ -1,17 +1,18 @@
 """`manage.py simulate --nodes N [--interval S] [--once]`: simulated agents that report
-through the real broker to the real ingest worker, and ride out a broker outage as the
+on the real ingest stream to the real ingest consumers, and ride out a broker outage as the
 agents do; `--remove` deletes them."""
 
 from __future__ import annotations
 
 import time
 
+import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
-from kombu.exceptions import OperationalError
 
 from gpufleet import wire
+from gpufleet.core import broker
 from gpufleet.fleet import credentials
 from gpufleet.fleet.models import Node
 from gpufleet.ingest import simulation
@@ -20,7 +21,7 @@ from gpufleet.ingest import simulation
 class Command(BaseCommand):
     help = (
         "Drive N simulated GPU nodes (mixed models, some warning, failing or offline, some claims) through "
-        "the broker and the ingest worker, for demos and benchmarks. --remove deletes every simulated node."
+        "the ingest stream and its consumers, for demos and benchmarks. --remove deletes every simulated node."
     )
 
     def add_arguments(self, parser):
@@ -44,35 +45,33 @@ class Command(BaseCommand):
         taken = simulation.register(fleet, timezone.now())
         if taken:
             raise CommandError(f"{len(taken)} real node(s) have simulated names, e.g. {taken[0]!r}: not simulating")
-        from gpufleet.celery import app
-
         # Simulated agents sign as real ones do, with keys of their own.
         keys = credentials.enroll_many([n.name for n in fleet])
 
         def send(snapshot: dict) -> None:
-            args = [wire.encode_snapshot(snapshot), None]
             name = snapshot["node"]
-            auth = wire.sign(keys[name], name, wire.TO_CENTRE, wire.INGEST_TASK, args) if name in keys else None
-            app.send_task(wire.INGEST_TASK, args=args, kwargs={"auth": auth}, queue=wire.INGEST_QUEUE)
+            if name in keys:  # a revoked one: its agent would have no key to sign with
+                broker.append(wire.encode_entry(keys[name], name, wire.SNAPSHOT,
+                                                [wire.encode_snapshot(snapshot), None]))
 
         try:
             simulation.run(
                 fleet, send, interval, once=once, say=self.stdout.write,
                 after_first_round=lambda sent: self._after_first_round(fleet, sent, claims_percent, seed, wait),
             )
-        except OperationalError as exc:  # with --once only: a long run waits for the broker
-            raise CommandError(f"cannot reach the broker at {app.connection_for_write().as_uri()}: {exc}") from None
+        except (redis.ConnectionError, redis.TimeoutError) as exc:  # with --once only: a long run waits
+            raise CommandError(f"cannot reach the broker: {exc}") from None
         except KeyboardInterrupt:
             self.stdout.write("stopped; `manage.py simulate --remove` deletes the simulated nodes")
 
     def _after_first_round(self, fleet, sent: int, claims_percent: int, seed: int, wait: float) -> None:
-        """Claims need stored nodes: wait for the ingest worker to store the first round."""
+        """Claims need stored nodes: wait for the ingest consumers to store the first round."""
         deadline = time.monotonic() + wait
         names = [n.name for n in fleet]
         while (stored := Node.objects.filter(name__in=names, collected_at__isnull=False).count()) < sent:
             if time.monotonic() > deadline:
                 self.stderr.write(
-                    f"only {stored} of {sent} snapshots stored after {wait:.0f} s: is the ingest worker running?"
+                    f"only {stored} of {sent} snapshots stored after {wait:.0f} s: is `manage.py ingest` running?"
                 )
                 break
             time.sleep(0.5)

@@ -1,0 +1,403 @@
+"""The central ingest: a consumer of the agents' Redis stream (`manage.py ingest`).
+
+Agents append one entry per snapshot or job report (wire.encode_entry). Consumers of
+the group wire.INGEST_GROUP read a batch (XREADGROUP COUNT n BLOCK ms), handle it, and
+acknowledge it (XACK, and XDEL, so the stream holds only what is not stored yet);
+nothing clever in between. An entry is pending from the moment Redis hands it out
+until its acknowledgement, which comes only after its batch committed: a consumer
+killed at any instant leaves its entries pending, and another consumer takes them over
+(XAUTOCLAIM) once they are idle for GPUFLEET_BROKER_VISIBILITY_TIMEOUT. An entry stored
+twice that way is a snapshot not newer than the stored one: ignored as stale.
+
+Each entry is checked cheapest first: its node and key generation are an enrolled
+node's current ones, the node is within its admission cap, the HMAC matches, the body
+inflates within bounds to a payload of the right shape; then the batch's snapshots are
+stored in one transaction (services.ingest_snapshots). Refused entries are counted per
+node and reason, acknowledged, and never stored."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import redis
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, close_old_connections
+
+from gpufleet import wire
+from gpufleet.core.broker import deleted_key, stream_status
+from gpufleet.fleet import credentials
+from gpufleet.fleet.models import Refusal
+from gpufleet.ingest.admission import Admission
+from gpufleet.ingest.metrics import record_ingest
+from gpufleet.ingest.refusals import count_refusals
+from gpufleet.ingest.services import STALE, finish_diagnosis, ingest_snapshots
+from gpufleet.jobs.models import JobStatus
+from gpufleet.jobs.services import report_progress
+
+log = logging.getLogger(__name__)
+
+# Waits between tries while the database is unreachable (PostgreSQL restarting): about
+# a minute in all; then the consumer backs off and tries the same entries again.
+RETRY_DELAYS_S = (1, 2, 4, 8, 16, 30)
+# The longest wait between tries to reach Redis or the database again.
+BACKOFF_MAX_S = 30.0
+# How stale the map of enrolled nodes may be (a rotation or revocation takes as long).
+KEYS_REFRESH_S = 10.0
+# What one batch's bodies may inflate to in all (each one is bound by wire.ENTRY_INFLATED_MAX).
+BATCH_INFLATED_MAX = 64 * 2**20
+# The youngest generation's threshold in a consumer: 10,000 new container objects
+# between collections, against Python's 700.
+GC_YOUNG_THRESHOLD = 10_000
+
+REFUSED = "rejected"  # as a snapshot the store rejects, for the counters
+# An entry left for the next batch: this one's bodies inflated to BATCH_INFLATED_MAX.
+DEFERRED = "deferred"
+
+
+class NodeKeys:
+    """The enrolled nodes' current keys, as entries are checked against them: the
+    generations are read from the database every KEYS_REFRESH_S, and the names a batch
+    brings that are not known yet in one query for the batch (a node just enrolled is
+    known at once; a flood of made-up names costs one query a batch). Keys are derived once."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._generations: dict[str, int] = {}
+        self._keys: dict[tuple[str, int], wire.NodeKey] = {}
+        self._read_at: float | None = None
+
+    def prepare(self, names: set[str]) -> None:
+        """Make sure what is known of `names` is current enough to check a batch by."""
+        if self._read_at is None or self._clock() - self._read_at > KEYS_REFRESH_S:
+            self._generations = with_retries(credentials.current_generations, "reading the enrolled nodes")
+            self._keys = {k: v for k, v in self._keys.items() if self._generations.get(k[0]) == k[1]}
+            self._read_at = self._clock()
+        elif missing := names - self._generations.keys():
+            self._generations |= with_retries(lambda: credentials.current_generations(missing),
+                                              "reading the enrolled nodes")
+
+    def key(self, node: str, generation: int) -> wire.NodeKey | Refusal:
+        """`node`'s key when `generation` is its current one, else why not."""
+        current = self._generations.get(node)
+        if current is None:
+            return Refusal.UNKNOWN_NODE
+        if current != generation:
+            return Refusal.OLD_KEY if generation < current else Refusal.BAD_SIGNATURE
+        if (node, generation) not in self._keys:
+            self._keys[node, generation] = credentials.node_key(node, generation)
+        return self._keys[node, generation]
+
+
+@dataclass
+class _Snapshot:
+    position: int
+    node: str
+    text: str
+    job_id: int | None
+
+
+def ingest_entries(entries: list[dict], keys: NodeKeys | None = None, admission: Admission | None = None) -> list[str]:
+    """Check and store a batch of entries' fields (as Redis gives them); one outcome per
+    entry, in order: a snapshot's ("accepted", "stale", "rejected"), "progress" for a job
+    report taken, REFUSED for an entry refused before its payload was trusted, DEFERRED
+    for one to be handled in a later batch (not to be acknowledged now). Raises
+    OperationalError/InterfaceError when the database stays unreachable past the
+    retries: then nothing of the batch may be acknowledged."""
+    keys = keys or NodeKeys()
+    admission = admission or Admission.from_settings()
+    started = time.monotonic()
+    outcomes: list[str] = [REFUSED] * len(entries)
+    refused: Counter[tuple[str, str]] = Counter()
+    snapshots: list[_Snapshot] = []
+    reports: list[tuple[int, str, list]] = []
+    budget = BATCH_INFLATED_MAX
+    read: list[wire.Entry | None] = []
+    for fields in entries:
+        try:
+            read.append(wire.read_entry(fields))
+        except wire.EntryError as exc:
+            read.append(None)
+            refused["", Refusal.MALFORMED] += 1
+            _log_refusal("", str(exc))
+    keys.prepare({entry.node for entry in read if entry is not None})
+    for position, entry in enumerate(read):
+        if budget < wire.ENTRY_INFLATED_MAX:
+            outcomes[position:] = [DEFERRED] * (len(entries) - position)
+            break
+        if entry is None:
+            continue
+        key = keys.key(entry.node, entry.generation)
+        if key == Refusal.OLD_KEY and not wire.entry_signed_with(entry, credentials.node_key(entry.node, entry.generation)):
+            # Only what the node's old key really signed says its agent kept that key.
+            key = Refusal.BAD_SIGNATURE
+        if isinstance(key, Refusal):
+            refused[entry.node, key] += 1
+            continue
+        # The signature before the cap: anyone may append entries naming any node, and
+        # only what the node really signed may spend its share (HMAC is cheap; inflating is not).
+        if not wire.entry_signed_with(entry, key):
+            refused[entry.node, Refusal.BAD_SIGNATURE] += 1
+            continue
+        if not admission.admit(entry.node, started):
+            refused[entry.node, Refusal.OVER_CAP] += 1
+            continue
+        try:
+            payload, inflated = wire.entry_payload(entry)
+        except wire.EntryTooLarge as exc:
+            refused[entry.node, Refusal.TOO_LARGE] += 1
+            _log_refusal(entry.node, str(exc))
+            continue
+        except wire.EntryError as exc:
+            refused[entry.node, Refusal.MALFORMED] += 1
+            _log_refusal(entry.node, str(exc))
+            continue
+        budget -= inflated
+        if entry.kind == wire.SNAPSHOT:
+            snapshots.append(_Snapshot(position, entry.node, payload[0], payload[1]))
+        else:
+            reports.append((position, entry.node, payload))
+    _store(snapshots, outcomes, refused, started)
+    for position, node, (job_id, status, output, error) in reports:
+        if status not in JobStatus.values:
+            refused[node, Refusal.MALFORMED] += 1
+            continue
+        with_retries(lambda j=job_id, s=status, o=output, e=error, n=node: report_progress(j, s, o, e, node=n),
+                     "reporting job progress")
+        outcomes[position] = "progress"
+    if refused:
+        for (node, reason), count in sorted(refused.items()):
+            # An agent never enrolled signs with no key the site knows: say how to enrol it.
+            enrol = " (enrol the node: `manage.py enroll NAME` here, the key it prints to its agent)" \
+                if reason == Refusal.UNKNOWN_NODE else ""
+            log.warning("refused %d ingest entries of node %r: %s%s", count, node[: wire.LINE_MAX], reason, enrol)
+        with_retries(lambda: count_refusals(dict(refused)), "counting refusals")
+    return outcomes
+
+
+def _store(snapshots: list[_Snapshot], outcomes: list[str], refused: Counter, started: float) -> None:
+    parsed = [_parsed(s.text) for s in snapshots]
+    mine = []
+    for snapshot, data in zip(snapshots, parsed, strict=True):
+        named = data.node if isinstance(data, wire.Snapshot) else data.get("node") if isinstance(data, dict) else None
+        if named is not None and named != snapshot.node:
+            # Signed by one node, about another: the one place a node could speak for another.
+            refused[snapshot.node, Refusal.MALFORMED] += 1
+            _log_refusal(snapshot.node, f"a snapshot of node {str(named)[: wire.LINE_MAX]!r}")
+            continue
+        mine.append((snapshot, data))
+    if not mine:
+        return
+    results = store_with_retries([data for _, data in mine])
+    elapsed = time.monotonic() - started
+    for (snapshot, _), result in zip(mine, results, strict=True):
+        outcomes[snapshot.position] = result.outcome
+        record_ingest(result.outcome, elapsed)
+        if result.outcome == STALE:
+            refused[snapshot.node, Refusal.REPLAY] += 1
+        if snapshot.job_id is not None:
+            with_retries(lambda s=snapshot, r=result: finish_diagnosis(s.job_id, r, node=s.node), "finishing a job")
+
+
+def _parsed(text: str):
+    """The snapshot validated (a wire.Snapshot), or where it is invalid the decoded
+    object or the text itself: the store rejects those with the reason it gives."""
+    try:
+        return wire.parse_snapshot(text)
+    except wire.SnapshotError:
+        pass
+    try:
+        return wire.decode_snapshot(text)
+    except wire.SnapshotError:
+        return text
+
+
+def _log_refusal(node: str, reason: str) -> None:
+    # The name and reason come from the entry: bounded, and repr() so they cannot forge log lines.
+    log.warning("refused an ingest entry of node %r: %s", node[: wire.LINE_MAX], reason[: wire.LINE_MAX])
+
+
+def with_retries(work, what: str, delays=RETRY_DELAYS_S):
+    """`work()`, tried again after each of `delays` while the database is unreachable;
+    then the last error is raised, and the batch stays unacknowledged."""
+    for delay in (*delays, None):
+        try:
+            return work()
+        except (OperationalError, InterfaceError) as exc:
+            if delay is None:
+                raise
+            log.warning("database unreachable while %s (%s); retrying in %s s", what, exc, delay)
+            close_old_connections()  # a broken connection is replaced on the next try
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def store_with_retries(snapshots: list, delays=RETRY_DELAYS_S):
+    """`ingest_snapshots`, with the retries of `with_retries`."""
+    return with_retries(lambda: ingest_snapshots(snapshots), f"storing {len(snapshots)} snapshots", delays)
+
+
+def consumer_name() -> str:
+    """This process's name in the group: host and pid, unique while it lives."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def tune_garbage_collector() -> None:
+    """A batch holds a few hundred thousand live objects (each snapshot's dicts and
+    models, its rows), through which Python's default thresholds run the collector
+    again and again. What the process holds from its start (modules, Django) is frozen
+    out of collections, and the young generation collected less often."""
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+
+class Consumer:
+    """One consumer of the ingest group: `run()` until `stop()` (a signal handler may
+    call it); the batch in hand is finished and acknowledged first."""
+
+    def __init__(self, client: redis.Redis, *, stream: str | None = None, group: str = wire.INGEST_GROUP,
+                 name: str | None = None, batch: int | None = None, block_ms: int | None = None,
+                 claim_idle_s: float | None = None, handle: Callable[[list[dict]], list[str]] | None = None):
+        self.client = client
+        self.stream = stream or settings.GPUFLEET_INGEST_STREAM
+        self.group = group
+        self.name = name or consumer_name()
+        self.batch = batch or settings.GPUFLEET_INGEST_BATCH
+        self.block_ms = block_ms or settings.GPUFLEET_INGEST_BLOCK_MS
+        self.claim_idle_ms = int(1000 * (claim_idle_s or settings.GPUFLEET_BROKER_VISIBILITY_TIMEOUT))
+        # Look for a dead consumer's entries a few times per visibility timeout.
+        self.claim_every_s = min(10.0, self.claim_idle_ms / 3000)
+        keys, admission = NodeKeys(), Admission.from_settings()
+        self.handle = handle or (lambda fields: ingest_entries(fields, keys, admission))
+        self.stopping = False
+        self._group_ready = False
+        self._own_pending = True  # at the start and after a failed batch: take those again first
+        self._next_claim = 0.0
+        self._trimmed: int | None = None
+
+    def stop(self, *_) -> None:
+        self.stopping = True
+
+    def run(self) -> None:
+        delay = 1.0
+        while not self.stopping:
+            try:
+                self.step()
+                delay = 1.0
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("lost Redis (%s); trying again in %.0f s", exc, delay)
+                # What it was handed and could not acknowledge is taken again first.
+                self._group_ready, self._own_pending = False, True
+                delay = self._pause(delay)
+            except redis.ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                log.warning("the ingest group is gone (Redis restarted without its data?); creating it again")
+                self._group_ready = False
+            except (OperationalError, InterfaceError) as exc:
+                log.error("could not store a batch, the database is unreachable (%s); trying again in %.0f s",
+                          exc, delay)
+                close_old_connections()
+                self._own_pending = True
+                delay = self._pause(delay)
+
+    def _pause(self, delay: float) -> float:
+        deadline = time.monotonic() + delay
+        while not self.stopping and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return min(BACKOFF_MAX_S, delay * 2)
+
+    def ensure_group(self) -> None:
+        """Create the group (and the stream) if missing; from the stream's first entry,
+        so entries appended before any consumer ran are stored too."""
+        try:
+            self.client.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._group_ready = True
+
+    def step(self) -> int:
+        """Read one batch, handle it, acknowledge it; the number of entries handled."""
+        if not self._group_ready:
+            self.ensure_group()
+        entries = self.read()
+        if not entries:
+            return 0
+        # An entry trimmed while pending comes back without its fields: nothing to store.
+        live = [(entry_id, fields) for entry_id, fields in entries if fields]
+        outcomes = self.handle([fields for _, fields in live])
+        deferred = {entry_id for (entry_id, _), outcome in zip(live, outcomes, strict=True) if outcome == DEFERRED}
+        if deferred:
+            self._own_pending = True
+        self.acknowledge([entry_id for entry_id, _ in entries if entry_id not in deferred])
+        return len(entries) - len(deferred)
+
+    def read(self) -> list[tuple[bytes, dict | None]]:
+        if time.monotonic() >= self._next_claim:
+            self._next_claim = time.monotonic() + self.claim_every_s
+            self._report_trims()
+            claimed = self.claim()
+            if claimed:
+                self._next_claim = 0.0  # there may be more
+                return claimed
+        if self._own_pending:
+            entries = self._read("0", block=None)
+            if entries:
+                return entries
+            self._own_pending = False
+        return self._read(">", block=self.block_ms)
+
+    def _read(self, start: str, block: int | None) -> list[tuple[bytes, dict | None]]:
+        got = self.client.xreadgroup(self.group, self.name, {self.stream: start}, count=self.batch, block=block)
+        return list(got[0][1]) if got else []
+
+    def claim(self) -> list[tuple[bytes, dict | None]]:
+        """Entries another consumer was handed and did not acknowledge within the
+        visibility timeout (it died, or hangs): now this one's."""
+        _, claimed, deleted = self.client.xautoclaim(self.stream, self.group, self.name, self.claim_idle_ms,
+                                                      start_id="0-0", count=self.batch)
+        if deleted:
+            log.error("%d pending ingest entries were trimmed from the stream before they were stored", len(deleted))
+        if claimed:
+            log.warning("took over %d ingest entries a consumer did not acknowledge within %.0f s",
+                        len(claimed), self.claim_idle_ms / 1000)
+        self._forget_idle_consumers()
+        return claimed
+
+    def acknowledge(self, ids: list[bytes]) -> None:
+        if not ids:
+            return
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.xack(self.stream, self.group, *ids).xdel(self.stream, *ids)
+            _, deleted = pipe.execute()
+        # A consumer killed here leaves the count short by this batch: the trims are then
+        # overstated, never hidden.
+        if deleted:
+            self.client.incrby(deleted_key(self.stream), deleted)
+
+    def _forget_idle_consumers(self) -> None:
+        # Every process joins under a name of its own: those that hold nothing and were
+        # idle for long are gone.
+        for consumer in self.client.xinfo_consumers(self.stream, self.group):
+            if consumer["pending"] == 0 and consumer["idle"] > 10 * self.claim_idle_ms \
+                    and consumer["name"].decode() != self.name:
+                self.client.xgroup_delconsumer(self.stream, self.group, consumer["name"])
+
+    def _report_trims(self) -> None:
+        trimmed = stream_status(self.client, self.stream)[1]
+        if self._trimmed is not None and trimmed > self._trimmed:
+            log.error("%d ingest entries were trimmed from the stream before they were stored: raise "
+                      "GPUFLEET_INGEST_STREAM_MAXLEN or add consumers", trimmed - self._trimmed)
+        self._trimmed = trimmed
+
+
+def in_process(entries: Iterable[dict]) -> list[str]:
+    """Entries handled here and now, as a consumer would (collect --once, tests)."""
+    return ingest_entries(list(entries))

@@ -1,0 +1,130 @@
+"""The ingest consumer's loop on a redis-server of the test's own: a batch is
+acknowledged only after it is stored; what a consumer could not store or acknowledge is
+taken again; a dead consumer's entries are taken over after the visibility timeout;
+SIGTERM (stop) lets the batch in hand finish."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from django.db import OperationalError
+
+from gpufleet import wire
+from gpufleet.core import broker
+from gpufleet.fleet.models import DeviceSample, Node
+from gpufleet.ingest import stream
+from gpufleet.ingest.services import STALE
+from tests.factories import agent_entry, snapshot
+from tests.integration.conftest import own_redis  # noqa: F401  (a redis-server of the test's own)
+
+pytestmark = pytest.mark.django_db
+STREAM = "test:ingest"
+
+
+@pytest.fixture
+def client(own_redis):  # noqa: F811
+    return broker.connect(own_redis.url, timeout=2, retries=0)
+
+
+def _append(client, names: list[str]) -> None:
+    for name in names:
+        broker.append(agent_entry(snapshot(name, gpus=1)), client)
+
+
+def _consumer(client, name: str = "c1", **options) -> stream.Consumer:
+    return stream.Consumer(client, stream=STREAM, name=name, block_ms=10, **options)
+
+
+def _pending(client) -> int:
+    return client.xpending(STREAM, wire.INGEST_GROUP)["pending"]
+
+
+@pytest.fixture(autouse=True)
+def _stream(settings):
+    settings.GPUFLEET_INGEST_STREAM = STREAM
+
+
+def test_a_batch_is_stored_then_acknowledged_and_deleted(client):
+    _append(client, ["a", "b", "c"])
+    consumer = _consumer(client)
+    assert consumer.step() == 3
+    assert set(Node.objects.values_list("name", flat=True)) == {"a", "b", "c"}
+    assert client.xlen(STREAM) == 0 and _pending(client) == 0
+    assert broker.stream_status(client, STREAM) == (0, 0)
+
+
+def test_a_batch_the_database_cannot_take_stays_unacknowledged_and_is_taken_again(client, monkeypatch):
+    _append(client, ["a", "b"])
+    monkeypatch.setattr(stream.time, "sleep", lambda seconds: None)  # the retries, at once
+    monkeypatch.setattr(stream, "close_old_connections", lambda: None)  # the test's own stays open
+
+    def down(snapshots):
+        raise OperationalError("connection refused")
+
+    real = stream.ingest_snapshots
+    monkeypatch.setattr(stream, "ingest_snapshots", down)
+    consumer = _consumer(client)
+    with pytest.raises(OperationalError):
+        consumer.step()
+    assert _pending(client) == 2 and not Node.objects.exists()  # nothing acknowledged unstored
+    monkeypatch.setattr(stream, "ingest_snapshots", real)
+    consumer._own_pending = True  # as run() does after a database error
+    assert consumer.step() == 2
+    assert Node.objects.count() == 2 and _pending(client) == 0 and client.xlen(STREAM) == 0
+
+
+def test_with_redis_gone_at_the_acknowledgement_the_stored_batch_is_taken_again_as_stale(client, monkeypatch):
+    _append(client, ["a"])
+    consumer = _consumer(client)
+    real = consumer.acknowledge
+
+    def lost(ids):
+        raise redis.ConnectionError("Connection refused")
+
+    monkeypatch.setattr(consumer, "acknowledge", lost)
+    with pytest.raises(redis.ConnectionError):
+        consumer.step()
+    assert Node.objects.filter(name="a").exists() and _pending(client) == 1
+    monkeypatch.setattr(consumer, "acknowledge", real)
+    outcomes = []
+    consumer.handle = lambda fields: outcomes.extend(stream.ingest_entries(fields)) or outcomes
+    consumer._own_pending = True  # as run() does after losing Redis
+    assert consumer.step() == 1
+    assert outcomes == [STALE] and _pending(client) == 0
+    assert DeviceSample.objects.count() == 1  # stored once
+
+
+def test_a_dead_consumers_entries_are_taken_over_after_the_visibility_timeout(client):
+    _append(client, ["a", "b"])
+    dead = _consumer(client, "dead")
+    dead.ensure_group()
+    assert len(dead.read()) == 2  # read, never handled: then killed
+    alive = _consumer(client, "alive", claim_idle_s=0.05)
+    import time
+
+    time.sleep(0.1)
+    assert alive.step() == 2
+    assert Node.objects.count() == 2 and _pending(client) == 0
+
+
+def test_stop_lets_the_batch_in_hand_finish_and_run_return(client):
+    _append(client, ["a", "b"])
+    consumer = _consumer(client)
+    real = stream.ingest_entries
+
+    def handle(fields):
+        consumer.stop()  # SIGTERM while the batch is being stored
+        return real(fields)
+
+    consumer.handle = handle
+    consumer.run()
+    assert Node.objects.count() == 2 and _pending(client) == 0
+
+
+def test_entries_the_stream_trimmed_unstored_are_counted(client, settings):
+    settings.GPUFLEET_INGEST_STREAM_MAXLEN = 1
+    for name in ("a", "b", "c"):
+        client.xadd(STREAM, agent_entry(snapshot(name, gpus=1)), maxlen=1, approximate=False)
+    assert broker.stream_status(client, STREAM) == (1, 2)
+    assert _consumer(client).step() == 1
+    assert broker.stream_status(client, STREAM) == (0, 2)
