@@ -12,6 +12,7 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONE, SELF
 
+from gpufleet.core import broker_acl
 from gpufleet.env import (
     SettingError,
     env_bool,
@@ -319,7 +320,11 @@ GPUFLEET_METRICS_DIR.mkdir(parents=True, exist_ok=True)
 # processes; a command started beside it with the same GPUFLEET_DATA_DIR finds that
 # Redis here too. The same engine as production: there is no broker of our own.
 PRIVATE_REDIS_SOCKET = DATA_DIR / "redis.sock"
-PRIVATE_REDIS_URL = f"redis+socket://{PRIVATE_REDIS_SOCKET}"
+# That Redis has no default user, as production's should not: the central processes log in
+# as the centre's user, with the password kept here (made once by `up`; its aclfile holds the hash).
+PRIVATE_REDIS_PASSWORD_FILE = DATA_DIR / "redis-centre.password"
+PRIVATE_REDIS_ACLFILE = DATA_DIR / "redis-users.acl"
+PRIVATE_REDIS_URL = broker_acl.private_url(PRIVATE_REDIS_SOCKET, PRIVATE_REDIS_PASSWORD_FILE)
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or PRIVATE_REDIS_URL
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A worker that loses the broker keeps trying (never exits), at most this far apart.
@@ -399,6 +404,9 @@ GPUFLEET_ROLE = os.environ.get("GPUFLEET_ROLE", "central")
 if GPUFLEET_ROLE not in ("central", "agent"):
     raise RuntimeError(f"GPUFLEET_ROLE must be 'central' or 'agent', not {GPUFLEET_ROLE!r}")
 if GPUFLEET_ROLE == "agent":
+    # Every key of the agent's queue (the queue, its unacknowledged index, its bindings)
+    # under the node's own prefix: the only keys its broker user may use.
+    CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = broker_acl.node_key_prefix(GPUFLEET_NODE_NAME)
     CELERY_BEAT_SCHEDULE = {
         "collect": {
             "task": "gpufleet.agent.tasks.collect",

@@ -1,7 +1,8 @@
 """The agent<->central message: the snapshot an agent sends after each
 collection (the doctor report plus `schema_version`, `collected_at` and what the
 agent may fix), and the names of the tasks each side sends the other. The agent
-and the ingest both import it from here; it imports only the domain.
+and the ingest both import it from here; it imports only the domain (and the rule of
+the broker keys a node may use).
 
 The agent builds it with `build_snapshot` and sends it as JSON text
 (`encode_snapshot`); ingest accepts it only through
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from gpufleet import gpu
+from gpufleet.core import broker_acl
 
 SNAPSHOT_SCHEMA_VERSION = 2
 # Version 1 devices carry only the reference fields; their health fields stay unknown.
@@ -41,6 +43,13 @@ APPLY_FIX_TASK = "gpufleet.agent.tasks.apply_fix"
 def agent_queue(node: str) -> str:
     """The queue a node's agent consumes."""
     return f"node.{node}"
+
+
+def node_key_prefix(node: str) -> str:
+    """The prefix of every broker key of a node's task queue (kombu's `global_keyprefix`, on
+    the agent's connection and on the centre's when it sends that node a task): the only
+    keys that node's broker user may use (gpufleet/core/broker_acl.py holds the rule)."""
+    return broker_acl.node_key_prefix(node)
 
 _Strict = ConfigDict(extra="forbid", strict=True, frozen=True)
 # No NUL or other control characters reach the database or the pages; messages

@@ -15,9 +15,11 @@ import hashlib
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
-from redis.lock import Lock
+
+from gpufleet.env import local_secret_key, read_private_text
 
 CENTRE_USER = "gpufleet-centre"
 
@@ -25,10 +27,12 @@ CENTRE_USER = "gpufleet-centre"
 _NODE_KEY_PREFIX = "gpufleet:node:{}:"
 
 # What kombu's Redis transport sends for a worker consuming one queue and publishing to
-# it (beat), with `global_keyprefix`. GET and DEL are run by the lock script that guards
-# kombu's redelivery sweep (redis-py's Lock releases with EVALSHA). Not EVAL nor SCRIPT
-# LOAD: a node that could load a script of its own could busy-loop the server for every
-# node; it runs only the scripts the centre's workers have loaded (the same lock script).
+# it (beat), with `global_keyprefix`. kombu's redelivery sweep, from the worker's start
+# on, holds a lock whose release is a Lua script (redis-py's Lock: EVALSHA, and SCRIPT
+# LOAD when the server's cache lost it, as every restart does), so the node may run Lua;
+# each command a script runs is held to these same key rights (GET and DEL are the lock
+# script's). What that leaves a hostile node is time: a script that never ends stalls
+# the server for all (README, "The broker").
 NODE_COMMANDS = (
     "ping", "select", "multi", "exec", "discard", "watch", "unwatch",
     "brpop", "rpop", "lpush", "rpush", "llen",
@@ -36,7 +40,7 @@ NODE_COMMANDS = (
     "hset", "hget", "hdel",
     "zadd", "zrem", "zrange",
     "set", "get", "del", "exists", "pexpire",
-    "evalsha",
+    "evalsha", "script|load",
 )
 
 # The centre is trusted (it grants the nodes their rights), but still cannot flush,
@@ -91,7 +95,6 @@ def put_node_user(conn: redis.Redis, name: str, password: str, stream: str) -> N
     user = node_user(name)
     _setuser(conn, user, password, node_rules(name, stream))
     conn.execute_command("CLIENT", "KILL", "USER", user)
-    _load_lock_script(conn)
 
 
 def node_user_exists(conn: redis.Redis, name: str) -> bool:
@@ -115,10 +118,28 @@ def save(conn: redis.Redis) -> bool:
     return True
 
 
-def _load_lock_script(conn: redis.Redis) -> None:
-    # The one script a node runs (see NODE_COMMANDS); the centre's workers load it as
-    # well, so it is in the server's cache again soon after a restart.
-    conn.script_load(Lock.LUA_RELEASE_SCRIPT)
+def private_url(socket: Path, password_file: Path, make: bool = False) -> str:
+    """The centre's broker URL of `up`'s private Redis on `socket`: as the centre's user with
+    the password kept in `password_file` (made first if `make`, readable by this user only),
+    or as nobody while there is none."""
+    password = local_secret_key(password_file) if make else read_private_text(password_file)
+    if not password:
+        return f"redis+socket://{socket}"
+    return f"redis+socket://{CENTRE_USER}:{quote(password, safe='')}@{socket}"
+
+
+def node_url(name: str, password: str, broker_url: str) -> str:
+    """`broker_url` with `name`'s user and password in place of whoever it named: the
+    CELERY_BROKER_URL of that node's agent."""
+    parts = urlsplit(broker_url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{quote(node_user(name), safe='')}:{quote(password, safe='')}@{host}"))
+
+
+def agent_url_file(data_dir: Path, name: str) -> Path:
+    """Where `up` leaves the broker URL of its local agent `name` (its own user), which
+    `manage.py agent` prefers to CELERY_BROKER_URL (up's children get the centre's)."""
+    return data_dir / f"agent-{name}.broker"
 
 
 def aclfile_line(user: str, password: str, rules: list[str]) -> str:

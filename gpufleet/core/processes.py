@@ -45,16 +45,20 @@ def agent() -> list[str]:
 def agent_worker(node: str, data_dir: Path) -> list[str]:
     """A node's agent: its own queue node.<name>, with the beat that schedules collect.
     Run with GPUFLEET_ROLE=agent so beat loads the agent's schedule."""
+    # No heartbeat either: its broker user may send nothing but its own queue's commands
+    # and XADD (gpufleet/core/broker_acl.py), and nothing listens for worker events.
     return [*_CELERY, "worker", "-Q", f"node.{node}", "-B", "-s", str(data_dir / f"beat-agent-{node}"),
-            "--pool", "solo", "-n", f"agent.{node}@%h", *_QUIET, "-l", "INFO"]
+            "--pool", "solo", "-n", f"agent.{node}@%h", *_QUIET, "--without-heartbeat", "-l", "INFO"]
 
 
-def redis_server(binary: str, socket: Path) -> list[str]:
-    """A private Redis for `up`: on a unix socket only its user may open, no TCP port, and
+def redis_server(binary: str, socket: Path, aclfile: Path) -> list[str]:
+    """A private Redis for `up`: on a unix socket only its user may open, no TCP port,
     append-only (each write logged, synced every second), so messages queued when it
-    stops or is killed are there when it starts again."""
+    stops or is killed are there when it starts again, and its users (no default one)
+    in `aclfile`, as production's (gpufleet/core/broker_acl.py)."""
     return [binary, "--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "700",
-            "--save", "", "--appendonly", "yes", "--appendfsync", "everysec", "--dir", str(socket.parent)]
+            "--save", "", "--appendonly", "yes", "--appendfsync", "everysec", "--dir", str(socket.parent),
+            "--aclfile", str(aclfile)]
 
 
 def up_procfile(bind: str, web_workers: int, data_dir: Path, extra_agents: Iterable[str] = (),

@@ -13,7 +13,7 @@ from kombu.exceptions import OperationalError
 from gpufleet.audit.models import record
 from gpufleet.fleet import credentials
 from gpufleet.jobs.models import OPEN_STATUSES, Job, JobKind, JobStatus
-from gpufleet.wire import APPLY_FIX_TASK, COLLECT_TASK, clean_text
+from gpufleet.wire import APPLY_FIX_TASK, COLLECT_TASK, clean_text, node_key_prefix
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +37,13 @@ def _send_on_commit(task: str, args: list, job: Job, user, action: str, target: 
     auth = credentials.sign_for_agent(node.name, task, args)
 
     def send() -> None:
+        # Under the node's own key prefix, where its agent (whose broker user may use no
+        # other keys) consumes its queue.
+        options = {"global_keyprefix": node_key_prefix(node.name)}
         try:
-            app.send_task(task, args=args, kwargs={"auth": auth}, queue=node.agent_queue,
-                          expires=settings.GPUFLEET_JOB_TIMEOUT, retry_policy=_PUBLISH_RETRY)
+            with app.connection_for_write(transport_options=options) as connection:
+                app.send_task(task, args=args, kwargs={"auth": auth}, queue=node.agent_queue, connection=connection,
+                              expires=settings.GPUFLEET_JOB_TIMEOUT, retry_policy=_PUBLISH_RETRY)
         except OperationalError as exc:
             log.error("%s for job %s was not sent: %s", task, job.pk, exc)
             _fail_unsent(job, user, action, target)

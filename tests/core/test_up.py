@@ -4,6 +4,7 @@ SIGTERM stops everything. (tests/integration/test_up.py runs the real `up`.)"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import signal
@@ -137,15 +138,18 @@ def test_it_refuses_an_agent_name_that_is_no_queue_name(name):
         call_command("up", "--agent", name)
 
 
-def test_it_puts_the_private_redis_first_without_tcp_and_append_only(tmp_path):
-    redis = processes.redis_server("/usr/bin/redis-server", tmp_path / "redis.sock")
+def test_it_puts_the_private_redis_first_without_tcp_append_only_and_with_its_aclfile(tmp_path):
+    redis = processes.redis_server("/usr/bin/redis-server", tmp_path / "redis.sock", tmp_path / "users.acl")
     entries = parse_procfile(processes.up_procfile("127.0.0.1:9000", 2, tmp_path, redis=redis)).processes
     assert list(entries)[:2] == ["redis", "web"]
     assert f"--port 0 --unixsocket {tmp_path}/redis.sock --unixsocketperm 700 --save '' --appendonly yes" \
         " --appendfsync everysec" in entries["redis"]
+    assert entries["redis"].endswith(f"--aclfile {tmp_path}/users.acl")
 
 
 def _broker(monkeypatch, tmp_path, *, url: str | None, redis_installed: bool):
+    from django.conf import settings
+
     from gpufleet.core.management.commands.up import Command
 
     bin_dir = tmp_path / "bin"
@@ -154,6 +158,8 @@ def _broker(monkeypatch, tmp_path, *, url: str | None, redis_installed: bool):
         (bin_dir / "redis-server").write_text("#!/bin/sh\n")
         (bin_dir / "redis-server").chmod(0o755)
     monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(settings, "PRIVATE_REDIS_PASSWORD_FILE", tmp_path / "redis-centre.password")
+    monkeypatch.setattr(settings, "PRIVATE_REDIS_ACLFILE", tmp_path / "redis-users.acl")
     if url is None:
         monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
     else:
@@ -163,8 +169,26 @@ def _broker(monkeypatch, tmp_path, *, url: str | None, redis_installed: bool):
 
 def test_it_runs_a_private_redis_when_no_broker_is_set_and_redis_is_installed(monkeypatch, tmp_path, settings):
     url, redis = _broker(monkeypatch, tmp_path, url=None, redis_installed=True)
-    assert url == f"redis+socket://{settings.DATA_DIR / 'redis.sock'}"
+    password = (tmp_path / "redis-centre.password").read_text()
+    assert url == f"redis+socket://gpufleet-centre:{password}@{settings.DATA_DIR / 'redis.sock'}"
     assert redis[0] == str(tmp_path / "bin" / "redis-server")
+
+
+def test_its_private_redis_has_no_default_user_and_the_centre_keeps_its_password(monkeypatch, tmp_path):
+    acl = tmp_path / "redis-users.acl"
+    url, _ = _broker(monkeypatch, tmp_path, url=None, redis_installed=True)
+    password_file = tmp_path / "redis-centre.password"
+    assert oct(password_file.stat().st_mode & 0o777) == "0o600" and oct(acl.stat().st_mode & 0o777) == "0o600"
+    lines = acl.read_text().splitlines()
+    digest = hashlib.sha256(password_file.read_text().encode()).hexdigest()
+    assert lines[0] == "user default reset"
+    assert lines[1].startswith(f"user gpufleet-centre reset on #{digest} ~* &* +@all -@dangerous ")
+    # A node enroll saved stays; the centre's password stays the same at the next start.
+    acl.write_text(acl.read_text() + "user node:gpu-017 on #ab ~gpufleet:node:gpu-017:* -@all\n")
+    (tmp_path / "bin").rename(tmp_path / "bin-before")
+    again, _ = _broker(monkeypatch, tmp_path, url=None, redis_installed=True)
+    assert again == url
+    assert acl.read_text().splitlines() == [*lines, "user node:gpu-017 on #ab ~gpufleet:node:gpu-017:* -@all"]
 
 
 def test_without_redis_server_it_says_what_to_install_and_stops(monkeypatch, tmp_path, capsys):
@@ -178,7 +202,7 @@ def test_it_clears_a_dead_socket_left_by_a_killed_run(monkeypatch, tmp_path, set
     settings.PRIVATE_REDIS_SOCKET = tmp_path / "redis.sock"
     settings.PRIVATE_REDIS_SOCKET.write_text("")  # nothing answers on it
     url, redis = _broker(monkeypatch, tmp_path, url=None, redis_installed=True)
-    assert url == settings.PRIVATE_REDIS_URL and redis
+    assert url.endswith(f"@{settings.PRIVATE_REDIS_SOCKET}") and redis
     assert not settings.PRIVATE_REDIS_SOCKET.exists()
 
 
@@ -199,7 +223,11 @@ def test_a_command_beside_up_finds_its_private_redis(tmp_path):
     env.pop("CELERY_BROKER_URL", None)
     url = subprocess.run([sys.executable, "-c", "from gpufleet import settings; print(settings.CELERY_BROKER_URL)"],
                          env=env, capture_output=True, text=True, check=True).stdout.strip()
-    assert url == f"redis+socket://{tmp_path}/redis.sock"
+    assert url == f"redis+socket://{tmp_path}/redis.sock"  # before up made the centre's password
+    (tmp_path / "redis-centre.password").write_text("pw")
+    url = subprocess.run([sys.executable, "-c", "from gpufleet import settings; print(settings.CELERY_BROKER_URL)"],
+                         env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert url == f"redis+socket://gpufleet-centre:pw@{tmp_path}/redis.sock"
 
 
 def test_it_refuses_to_start_beside_another_up_on_the_same_data_dir(monkeypatch, tmp_path, settings):

@@ -161,16 +161,17 @@ def test_a_snapshot_does_not_finish_another_nodes_job():
 
 
 def test_enroll_prints_the_agents_settings_lines_and_rotates_and_revokes():
+    # The key only: the broker user it also makes is fleet/test_enroll_broker_user.py's.
     out = StringIO()
-    call_command("enroll", "gpu-017", stdout=out)
+    call_command("enroll", "gpu-017", "--key-only", stdout=out)
     lines = out.getvalue().splitlines()
     assert lines[0] == "GPUFLEET_NODE_NAME=gpu-017"
     key = wire.NodeKey.parse(lines[1].removeprefix("GPUFLEET_AGENT_KEY="))
     assert key == credentials.enroll("gpu-017")  # the same key again, not a new one
     out = StringIO()
-    call_command("enroll", "gpu-017", "--rotate", stdout=out)
+    call_command("enroll", "gpu-017", "--rotate", "--key-only", stdout=out)
     assert wire.NodeKey.parse(out.getvalue().splitlines()[1].split("=", 1)[1]).generation == 2
-    call_command("enroll", "gpu-017", "--revoke", stdout=StringIO(), stderr=StringIO())
+    call_command("enroll", "gpu-017", "--revoke", "--key-only", stdout=StringIO(), stderr=StringIO())
     out = StringIO()
     call_command("enroll", "--list", stdout=out)
     assert out.getvalue().startswith("gpu-017 (revoked ")

@@ -196,7 +196,9 @@ FORGED = textwrap.dedent("""
     # Signed with the key ghost would have, had it been enrolled.
     key = wire.derive_node_key(b"not this site's", "ghost", 1)
     broker.append(wire.encode_entry(key, "ghost", wire.SNAPSHOT, [wire.encode_snapshot(snapshot("ghost", gpus=1)), None]))
-    app.send_task("gpufleet.agent.tasks.collect", args=[1], kwargs={"auth": None}, queue="node.demo-1")
+    # Under demo-1's own keys, the only ones its agent reads (as the centre sends jobs).
+    with app.connection_for_write(transport_options={"global_keyprefix": wire.node_key_prefix("demo-1")}) as c:
+        app.send_task("gpufleet.agent.tasks.collect", args=[1], kwargs={"auth": None}, queue="node.demo-1", connection=c)
 """)
 # Long enough for the housekeeping beat's 10 s job expiry and several 2 s offline checks.
 QUIET_WINDOW_S = 12

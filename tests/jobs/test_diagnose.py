@@ -29,8 +29,10 @@ def test_it_creates_a_job_audits_and_dispatches_after_commit(
     assert (entry.action, entry.username, entry.node_name) == ("node.diagnose", "otto", "alpha")
     assert sent_tasks == [
         {"name": "gpufleet.agent.tasks.collect", "args": [job.pk], "queue": "node.alpha", "expires": 60.0,
-         "retry_policy": ANY}
+         "retry_policy": ANY, "connection": ANY}
     ]
+    # Under alpha's own broker keys, the only ones its agent's broker user may read.
+    assert sent_tasks[0]["connection"].transport_options["global_keyprefix"] == "gpufleet:node:alpha:"
 
 
 @pytest.mark.django_db

@@ -35,8 +35,10 @@ def test_it_queues_the_fix_and_audits(admin_role_client, admin_user, alpha, sent
     assert (entry.action, entry.target, entry.username) == ("node.fix", "cdi", "ada")
     assert sent_tasks == [
         {"name": "gpufleet.agent.tasks.apply_fix", "args": [job.pk, "cdi"], "queue": "node.alpha", "expires": 60.0,
-         "retry_policy": ANY}
+         "retry_policy": ANY, "connection": ANY}
     ]
+    # Under alpha's own broker keys, the only ones its agent's broker user may read.
+    assert sent_tasks[0]["connection"].transport_options["global_keyprefix"] == "gpufleet:node:alpha:"
 
 
 @pytest.mark.django_db

@@ -3,7 +3,8 @@ import os
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from gpufleet.core import processes
+from gpufleet.core import broker_acl, processes
+from gpufleet.env import read_private_text
 
 
 class Command(BaseCommand):
@@ -12,4 +13,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
         argv = processes.agent_worker(settings.GPUFLEET_NODE_NAME, settings.DATA_DIR)
-        os.execve(argv[0], argv, {**os.environ, "GPUFLEET_ROLE": "agent"})
+        env = {**os.environ, "GPUFLEET_ROLE": "agent"}
+        # Beside `up`, its own broker user rather than the centre's, which up's children inherit.
+        if url := read_private_text(broker_acl.agent_url_file(settings.DATA_DIR, settings.GPUFLEET_NODE_NAME)):
+            env["CELERY_BROKER_URL"] = url
+        os.execve(argv[0], argv, env)

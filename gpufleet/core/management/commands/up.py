@@ -37,8 +37,8 @@ from honcho.environ import parse_procfile
 from honcho.printer import Message, Printer
 from honcho.process import Popen
 
-from gpufleet.core import processes
-from gpufleet.env import write_private_text
+from gpufleet.core import broker_acl, processes
+from gpufleet.env import read_private_text, write_private_text
 
 # Seconds to wait before each restart of a child that keeps crashing. One more quick
 # crash after the last of them and `up` gives up: it stops everything and exits 1, so a
@@ -84,7 +84,7 @@ class Command(BaseCommand):
         for name in [node, *agents]:
             self._enroll(name, data)
 
-        broker, redis = self._broker()
+        broker, redis = self._broker([node, *agents])
         procfile = data / "Procfile"
         procfile.write_text(processes.up_procfile(bind, web_workers, data, dict.fromkeys(agents), redis))
         self.stdout.write(
@@ -108,14 +108,19 @@ class Command(BaseCommand):
         """Enrol a local agent and leave its key where its settings look for it
         ($GPUFLEET_DATA_DIR/agent-NAME.key, readable by this user only)."""
         printed = io.StringIO()
-        call_command("enroll", name, stdout=printed)
+        # The key only: its Redis is not running yet.
+        call_command("enroll", name, "--key-only", stdout=printed)
         [key] = [line.split("=", 1)[1] for line in printed.getvalue().splitlines() if line.startswith("GPUFLEET_AGENT_KEY=")]
         write_private_text(data / f"agent-{name}.key", key)
 
-    def _broker(self) -> tuple[str, list[str] | None]:
+    def _broker(self, agents: list[str] = ()) -> tuple[str, list[str] | None]:
         """The broker URL for every child, and the private Redis's command line if `up` runs one:
-        CELERY_BROKER_URL when set, else a Redis of our own (redis-server must be installed)."""
+        CELERY_BROKER_URL when set, else a Redis of our own (redis-server must be installed),
+        where each of `agents` logs in as its node's own user, as in production."""
+        data = settings.DATA_DIR
         if os.environ.get("CELERY_BROKER_URL"):
+            for name in agents:  # left by a run with the private Redis: they would go there
+                broker_acl.agent_url_file(data, name).unlink(missing_ok=True)
             return os.environ["CELERY_BROKER_URL"], None
         path = settings.PRIVATE_REDIS_SOCKET
         if _answers(path):
@@ -133,7 +138,20 @@ class Command(BaseCommand):
             raise SystemExit(2)
         # Left over from a run that was killed (nothing answers on it): redis-server makes it anew.
         path.unlink(missing_ok=True)
-        return settings.PRIVATE_REDIS_URL, processes.redis_server(binary, path)
+        url = broker_acl.private_url(path, settings.PRIVATE_REDIS_PASSWORD_FILE, make=True)
+        password = read_private_text(settings.PRIVATE_REDIS_PASSWORD_FILE)
+        # The centre's and the local agents' lines are written anew at each start (each agent
+        # a new password); the users of other nodes enroll saved stay.
+        lines = [broker_acl.aclfile_line(broker_acl.CENTRE_USER, password, broker_acl.centre_rules())]
+        for name in agents:
+            secret = secrets.token_urlsafe(32)
+            rules = broker_acl.node_rules(name, settings.GPUFLEET_INGEST_STREAM)
+            lines.append(broker_acl.aclfile_line(broker_acl.node_user(name), secret, rules))
+            url_of_agent = broker_acl.node_url(name, secret, f"redis+socket://{path}")
+            write_private_text(broker_acl.agent_url_file(data, name), url_of_agent)
+        users = [broker_acl.CENTRE_USER, *map(broker_acl.node_user, agents)]
+        broker_acl.write_aclfile(settings.PRIVATE_REDIS_ACLFILE, lines, users)
+        return url, processes.redis_server(binary, path, settings.PRIVATE_REDIS_ACLFILE)
 
     def _ensure_admin(self) -> None:
         """Create the first admin once and print its login; never again."""

@@ -28,7 +28,7 @@ import statistics
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
@@ -588,8 +588,11 @@ def _bench_broker(url: str):
         query = dict(parse_qsl(parts.query))
         current = query.get("virtual_host", "0")
         db = BENCH_REDIS_DB if current != str(BENCH_REDIS_DB) else BENCH_REDIS_DB - 1
-        bench = f"redis+socket://{parts.path}?{urlencode({**query, 'virtual_host': str(db)})}"
-        return bench, redis.Redis(unix_socket_path=parts.path, db=db, socket_connect_timeout=1, socket_timeout=2)
+        # With the user and password, if any (`up`'s private Redis has no default user).
+        login = parts.netloc.rpartition("@")[0]
+        bench = f"redis+socket://{login + '@' if login else ''}{parts.path}?{urlencode({**query, 'virtual_host': str(db)})}"
+        return bench, redis.Redis(unix_socket_path=parts.path, db=db, username=unquote(parts.username or "") or None,
+                                  password=unquote(parts.password or "") or None, socket_connect_timeout=1, socket_timeout=2)
     return None
 
 

@@ -1,0 +1,90 @@
+"""`manage.py enroll NODE` also makes the node's own broker user (gpufleet/fleet/
+broker_users.py), against a real redis-server of the test's own: the agent's settings
+lines carry it in CELERY_BROKER_URL; --rotate gives it a new password and closes the
+old one out; --revoke removes it; a broker that cannot be reached leaves the key
+enrolled and says the user was not made and how to try again."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+import redis
+from django.core.management import CommandError, call_command
+
+from gpufleet.core import broker
+from gpufleet.fleet.models import NodeCredential
+from tests.acl_redis import STREAM, running
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def acl_redis(settings):
+    for server in running():
+        settings.CELERY_BROKER_URL = server.url()
+        settings.GPUFLEET_INGEST_STREAM = STREAM
+        yield server
+
+
+def _enroll(*args) -> dict[str, str]:
+    out = StringIO()
+    call_command("enroll", *args, stdout=out, stderr=StringIO())
+    return dict(line.split("=", 1) for line in out.getvalue().splitlines())
+
+
+def _login(url: str) -> redis.Redis:
+    return redis.Redis.from_url(broker.redis_url(url), socket_timeout=5)
+
+
+def test_it_prints_a_broker_url_whose_user_may_only_append_and_use_its_own_queue(acl_redis):
+    lines = _enroll("gpu-017")
+    assert list(lines) == ["GPUFLEET_NODE_NAME", "GPUFLEET_AGENT_KEY", "CELERY_BROKER_URL"]
+    url = lines["CELERY_BROKER_URL"]
+    assert url.startswith("redis+socket://node%3Agpu-017:") and url.endswith(f"@{acl_redis.socket}")
+    agent = _login(url)
+    agent.xadd(STREAM, {"node": "gpu-017"})
+    agent.lpush("gpufleet:node:gpu-017:node.gpu-017", "task")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        agent.xrange(STREAM)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        agent.lrange("gpufleet:node:gpu-018:node.gpu-018", 0, -1)
+    # Saved in the server's aclfile: it survives a restart.
+    assert "user node:gpu-017 " in acl_redis.aclfile.read_text()
+
+
+def test_enrolling_again_keeps_the_password_and_rotating_closes_it_out(acl_redis):
+    first = _enroll("gpu-017")["CELERY_BROKER_URL"]
+    err = StringIO()
+    call_command("enroll", "gpu-017", stdout=StringIO(), stderr=err)
+    assert "keeps its password" in err.getvalue() and "--rotate" in err.getvalue()
+    assert _login(first).ping()
+    rotated = _enroll("gpu-017", "--rotate")
+    assert rotated["CELERY_BROKER_URL"] != first
+    assert _login(rotated["CELERY_BROKER_URL"]).ping()
+    with pytest.raises(redis.AuthenticationError):
+        _login(first).ping()
+
+
+def test_revoking_removes_the_broker_user(acl_redis):
+    url = _enroll("gpu-017")["CELERY_BROKER_URL"]
+    call_command("enroll", "gpu-017", "--revoke", stdout=StringIO(), stderr=StringIO())
+    with pytest.raises(redis.AuthenticationError):
+        _login(url).ping()
+    assert "node:gpu-017" not in acl_redis.aclfile.read_text()
+
+
+def test_the_agent_gets_the_broker_as_it_reaches_it(acl_redis):
+    url = _enroll("gpu-017", "--broker-url", "rediss://centre:secret@broker.example:6380/2")["CELERY_BROKER_URL"]
+    assert url.startswith("rediss://node%3Agpu-017:") and url.endswith("@broker.example:6380/2")
+    assert "centre" not in url and "secret" not in url
+
+
+def test_without_a_broker_the_key_is_enrolled_and_it_says_how_to_make_the_user(settings, tmp_path):
+    settings.CELERY_BROKER_URL = f"redis+socket://{tmp_path / 'nothing.sock'}"
+    out = StringIO()
+    with pytest.raises(CommandError, match=r"broker user was NOT made .* run `manage.py enroll gpu-017` again"):
+        call_command("enroll", "gpu-017", stdout=out, stderr=StringIO())
+    assert out.getvalue().startswith("GPUFLEET_NODE_NAME=gpu-017\nGPUFLEET_AGENT_KEY=")
+    assert "CELERY_BROKER_URL" not in out.getvalue()
+    assert NodeCredential.objects.filter(name="gpu-017", revoked_at__isnull=True).exists()
