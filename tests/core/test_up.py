@@ -240,3 +240,28 @@ def test_it_refuses_to_start_beside_another_up_on_the_same_data_dir(monkeypatch,
         with pytest.raises(SystemExit) as stopped:
             _broker(monkeypatch, tmp_path, url=None, redis_installed=True)
     assert stopped.value.code == 2
+
+
+def test_its_agents_log_in_as_their_own_nodes_users(monkeypatch, tmp_path, settings):
+    import gpufleet.agent.management.commands.agent as agent_command
+
+    monkeypatch.setattr(settings, "DATA_DIR", tmp_path)
+    _broker(monkeypatch, tmp_path, url=None, redis_installed=True)  # no agents: none made
+    assert not list(tmp_path.glob("agent-*.broker"))
+    from gpufleet.core.management.commands.up import Command
+
+    Command()._broker(["this-host", "demo-1"])
+    acl = (tmp_path / "redis-users.acl").read_text()
+    url = (tmp_path / "agent-demo-1.broker").read_text()
+    assert url.startswith("redis+socket://node%3Ademo-1:") and url.endswith(f"@{settings.PRIVATE_REDIS_SOCKET}")
+    assert "user node:demo-1 reset on #" in acl and "~gpufleet:node:demo-1:* " in acl and "user node:this-host " in acl
+    # `manage.py agent` runs the worker with that URL, not the centre's that up's children inherit.
+    ran = {}
+    monkeypatch.setattr(settings, "GPUFLEET_NODE_NAME", "demo-1")
+    monkeypatch.setattr(agent_command.os, "execve", lambda path, argv, env: ran.update(env))
+    monkeypatch.setenv("CELERY_BROKER_URL", "redis+socket://gpufleet-centre:pw@/x.sock")
+    call_command("agent")
+    assert ran["CELERY_BROKER_URL"] == url and ran["GPUFLEET_ROLE"] == "agent"
+    # With a broker of its own choosing, up leaves none of those behind.
+    Command()._broker(["this-host", "demo-1"])
+    assert not list(tmp_path.glob("agent-*.broker"))
