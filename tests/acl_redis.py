@@ -23,9 +23,10 @@ CENTRE_PASSWORD = "centre-password-for-tests"
 
 class AclRedis:
     """A redis-server on a unix socket in a folder of its own, with an aclfile (no default
-    user, the centre's user), as `up` starts it."""
+    user, the centre's user), as `up` starts it; or, not `with_aclfile`, with the centre's
+    user in its configuration only (ACL SAVE then has nowhere to write)."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, with_aclfile: bool = True):
         self.binary = shutil.which("redis-server")
         if self.binary is None:
             missing_service("redis-server is not installed (apt-get install redis-server)")
@@ -33,13 +34,17 @@ class AclRedis:
         self.socket = folder / "redis.sock"
         self.aclfile = folder / "users.acl"
         line = broker_acl.aclfile_line(broker_acl.CENTRE_USER, CENTRE_PASSWORD, broker_acl.centre_rules())
-        broker_acl.write_aclfile(self.aclfile, [line], [broker_acl.CENTRE_USER])
+        if with_aclfile:
+            broker_acl.write_aclfile(self.aclfile, [line], [broker_acl.CENTRE_USER])
+            self.users = ["--aclfile", str(self.aclfile)]
+        else:
+            self.users = ["--user", *line.split()[1:], "--user", "default", "off"]
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
             [self.binary, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-             "--save", "", "--appendonly", "no", "--dir", str(self.folder), "--aclfile", str(self.aclfile)],
+             "--save", "", "--appendonly", "no", "--dir", str(self.folder), *self.users],
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 10
@@ -69,12 +74,12 @@ class AclRedis:
         return f"redis+socket://{username}:{password}@{self.socket}"
 
 
-def running() -> Iterator[AclRedis]:
+def running(with_aclfile: bool = True) -> Iterator[AclRedis]:
     """A started AclRedis in a folder of its own, stopped and removed afterwards (a test's
     fixture yields from it)."""
     # Short: a unix socket's path may not be longer than 107 bytes.
     folder = Path(tempfile.mkdtemp(prefix="gf-acl-", dir="/tmp"))
-    server = AclRedis(folder)
+    server = AclRedis(folder, with_aclfile)
     server.start()
     try:
         yield server

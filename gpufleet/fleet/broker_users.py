@@ -4,6 +4,7 @@ once, in the agent's broker URL, and kept nowhere on the central side."""
 
 from __future__ import annotations
 
+import logging
 import secrets
 
 import redis
@@ -14,6 +15,7 @@ from redis.retry import Retry
 from gpufleet.core import broker, broker_acl
 
 BrokerError = redis.RedisError
+log = logging.getLogger(__name__)
 
 
 def _connect() -> redis.Redis:
@@ -39,7 +41,7 @@ def make(name: str, rotate: bool = False) -> str | None:
             return None
         password = secrets.token_urlsafe(32)
         broker_acl.put_node_user(conn, name, password, settings.GPUFLEET_INGEST_STREAM)
-        broker_acl.save(conn)
+        _save(conn, name)
         return password
     finally:
         conn.close()
@@ -50,7 +52,13 @@ def remove(name: str) -> bool:
     conn = _connect()
     try:
         removed = broker_acl.remove_node_user(conn, name)
-        broker_acl.save(conn)
+        _save(conn, name)
         return removed
     finally:
         conn.close()
+
+
+def _save(conn: redis.Redis, name: str) -> None:
+    if not broker_acl.save(conn):
+        log.warning("the broker has no aclfile: the change to %s lasts until Redis restarts (give it an"
+                    " aclfile, as the README's production Redis has)", broker_acl.node_user(name))

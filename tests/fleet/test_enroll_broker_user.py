@@ -88,3 +88,10 @@ def test_without_a_broker_the_key_is_enrolled_and_it_says_how_to_make_the_user(s
     assert out.getvalue().startswith("GPUFLEET_NODE_NAME=gpu-017\nGPUFLEET_AGENT_KEY=")
     assert "CELERY_BROKER_URL" not in out.getvalue()
     assert NodeCredential.objects.filter(name="gpu-017", revoked_at__isnull=True).exists()
+
+
+def test_it_warns_when_the_broker_cannot_keep_the_user_past_a_restart(settings, caplog):
+    for server in running(with_aclfile=False):
+        settings.CELERY_BROKER_URL = server.url()
+        assert _login(_enroll("gpu-017")["CELERY_BROKER_URL"]).ping()
+    assert "the broker has no aclfile: the change to node:gpu-017 lasts until Redis restarts" in caplog.text
