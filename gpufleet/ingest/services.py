@@ -183,12 +183,7 @@ _REASON_MAX = 1000
 UPGRADE_FIX = "Upgrade the agent to the site's version; if it is current, report the reason as a bug."
 
 
-def show_rejection(name: str, reason: str, fix: str, now=None) -> None:
-    """Say on node `name`'s page (when it is known) why the site refused its snapshot."""
-    _show_rejections([(name, reason[:_REASON_MAX])], now or timezone.now(), fix)
-
-
-def _show_rejections(rejections: list[tuple[str, str]], now, fix: str = UPGRADE_FIX) -> None:
+def _show_rejections(rejections: list[tuple[str, str]], now) -> None:
     """A known node whose snapshot was rejected fails with the reason on its page,
     instead of silently going offline; its next good snapshot replaces the finding."""
     reasons = dict(rejections)
@@ -205,7 +200,7 @@ def _show_rejections(rejections: list[tuple[str, str]], now, fix: str = UPGRADE_
                     name="Rejected snapshot",
                     status=gpu.Status.FAIL,
                     message=f"The site rejected this node's snapshot at {now:%Y-%m-%d %H:%M:%S} UTC: {reasons[node.name]}",
-                    fix=fix,
+                    fix=UPGRADE_FIX,
                 )
                 for node in nodes
             ],
