@@ -228,10 +228,9 @@ class Command(BaseCommand):
     def _ingest_real_path(self, rounds: list[list[dict]], at: datetime, key: str, consumers: int) -> float | None:
         """Known nodes' snapshots, REAL_PATH_ROUNDS `rounds` of them (re-timed a second
         apart from `at`), appended to the ingest stream as the agents append them and
-        stored by `consumers` real `manage.py ingest` processes: from their start until
-        every one is stored. The entries wait in the stream before the consumers start, as
-        a backlog does: agents sign and send on their own hosts, and here a sender beside
-        the consumers would take the cores they are measured on. Returns the rate, or None
+        stored by `consumers` real `manage.py ingest` processes, already started: from the
+        append (one pipelined round trip; the entries are signed before) until every one
+        is handled and each node's last one stored. Returns the rate, or None
         with the reason (under `key`) where it was skipped."""
         bench = _bench_broker(settings.CELERY_BROKER_URL)
         if bench is None:
@@ -258,18 +257,20 @@ class Command(BaseCommand):
                "GPUFLEET_INGEST_CAP_PER_INTERVAL": str(max(REAL_PATH_ROUNDS, settings.GPUFLEET_INGEST_CAP_PER_INTERVAL))}
         if not os.environ.get("GPUFLEET_SIGNING_KEY"):
             env["SECRET_KEY"] = settings.SECRET_KEY  # the consumers check signatures with the same key
-        self._say(f"appending {len(entries)} snapshots to {_safe_url(url)}, then storing them with "
-                  f"{consumers} ingest consumer(s) ...")
+        self._say(f"starting {consumers} ingest consumer(s), then appending {len(entries)} snapshots to "
+                  f"{_safe_url(url)} for them to store ...")
         try:
-            with client.pipeline(transaction=False) as pipe:
-                for fields in entries:
-                    broker.append(fields, pipe)
-                pipe.execute()
             stored = Node.objects.filter(name__in=names, collected_at__gte=last)
             with contextlib.ExitStack() as stack:
+                # All of them ready before the first entry: one started first would otherwise
+                # store much of the backlog while the next one still starts.
                 started = [stack.enter_context(running_worker(processes.ingest(), env, f"ingest-{i}"))
                            for i in range(consumers)]
                 began = time.perf_counter()
+                with client.pipeline(transaction=False) as pipe:
+                    for fields in entries:
+                        broker.append(fields, pipe)
+                    pipe.execute()
                 deadline = time.monotonic() + max(60.0, len(entries) / 5)
                 done = 0
                 while done < len(snapshots):
@@ -279,7 +280,10 @@ class Command(BaseCommand):
                         return self._skip(key, f"only {done} of {len(snapshots)} nodes' last snapshots stored in "
                                                f"time:\n{started[0].output}")
                     time.sleep(0.02)
-                    done = stored.count()
+                    # Every entry handled (the consumers delete what they acknowledge), not only
+                    # each node's last: two consumers may store a node's newer snapshot before
+                    # its older ones, which are then stale and cheaper, but still read.
+                    done = stored.count() if client.xlen(stream_key) == 0 else 0
                 elapsed = time.perf_counter() - began
         except WorkerDidNotStart as exc:
             return self._skip(key, str(exc))
@@ -717,10 +721,10 @@ class CopyFloor:
                 "INSERT INTO fleet_node (name, first_seen, last_seen, collected_at, offline, present, driver_version,"
                 " runtime_installed, toolkit_version, attach, cdi_spec_files, cdi_devices, fixes_allowed, gpu_count,"
                 " vram_total_mib, vram_used_mib, utilization_mean, health, problem, gpu_models, gpus_reserved,"
-                " gpus_lost, simulated)"
+                " gpus_lost, simulated, refused_total, refused_last_reason)"
                 " SELECT name, %(now)s, %(now)s, collected_at, false, present, driver_version, runtime_installed,"
                 " toolkit_version, attach, cdi_spec_files, cdi_devices, fixes_allowed, gpu_count, vram_total_mib,"
-                " vram_used_mib, utilization_mean, health, problem, gpu_models, 0, 0, false FROM bench_node_in"
+                " vram_used_mib, utilization_mean, health, problem, gpu_models, 0, 0, false, 0, '' FROM bench_node_in"
                 " ORDER BY name"
                 " ON CONFLICT (name) DO UPDATE SET last_seen = EXCLUDED.last_seen, collected_at = EXCLUDED.collected_at,"
                 " offline = false, present = EXCLUDED.present, driver_version = EXCLUDED.driver_version,"
