@@ -77,7 +77,9 @@ def broker(tmp_path, monkeypatch, settings):
     _use_broker(app, *before)
     import redis
 
-    redis.Redis.from_url(url).delete(chosen.stream)
+    from gpufleet.core.broker import deleted_key
+
+    redis.Redis.from_url(url).delete(chosen.stream, deleted_key(chosen.stream))
 
 
 @pytest.fixture
