@@ -518,7 +518,12 @@ ENTRY_INFLATED_MAX = 8 * 2**20
 
 
 class EntryError(ValueError):
-    """A stream entry that cannot be read (fields, body, payload); says why."""
+    """A stream entry that cannot be read (fields, body, payload); says why, and how many
+    bytes its body was inflated to before that was found (`inflated`)."""
+
+    def __init__(self, message: str, inflated: int = 0) -> None:
+        super().__init__(message)
+        self.inflated = inflated
 
 
 class EntryTooLarge(EntryError):
@@ -593,20 +598,22 @@ def entry_payload(entry: Entry, inflated_max: int = ENTRY_INFLATED_MAX) -> tuple
     try:
         data = inflater.decompress(entry.body, inflated_max + 1)
     except zlib.error as exc:
-        raise EntryError(f"the entry's body does not inflate: {exc}") from None
-    if len(data) > inflated_max:
-        raise EntryTooLarge(f"the entry's body inflates to more than {inflated_max} bytes")
+        # How far it got is not known: as much as it might have.
+        raise EntryError(f"the entry's body does not inflate: {exc}", inflated_max) from None
+    inflated = len(data)
+    if inflated > inflated_max:
+        raise EntryTooLarge(f"the entry's body inflates to more than {inflated_max} bytes", inflated)
     if not inflater.eof:
-        raise EntryError("the entry's body is truncated")
+        raise EntryError("the entry's body is truncated", inflated)
     try:
         payload = json.loads(data)
     except (ValueError, RecursionError):
-        raise EntryError("the entry's body is not JSON") from None
+        raise EntryError("the entry's body is not JSON", inflated) from None
     if entry.kind == SNAPSHOT:
         if not (isinstance(payload, list) and len(payload) == 2 and isinstance(payload[0], str)
                 and (payload[1] is None or type(payload[1]) is int)):
-            raise EntryError("a snapshot entry's body must be [snapshot text, job id or null]")
+            raise EntryError("a snapshot entry's body must be [snapshot text, job id or null]", inflated)
     elif not (isinstance(payload, list) and len(payload) == 4 and type(payload[0]) is int
               and all(isinstance(text, str) for text in payload[1:])):
-        raise EntryError("a progress entry's body must be [job id, status, output, error]")
-    return payload, len(data)
+        raise EntryError("a progress entry's body must be [job id, status, output, error]", inflated)
+    return payload, inflated

@@ -55,10 +55,12 @@ def redis_server(binary: str, socket: Path, aclfile: Path) -> list[str]:
     """A private Redis for `up`: on a unix socket only its user may open, no TCP port,
     append-only (each write logged, synced every second), so messages queued when it
     stops or is killed are there when it starts again, and its users (no default one)
-    in `aclfile`, as production's (gpufleet/core/broker_acl.py)."""
+    in `aclfile`, as production's (gpufleet/core/broker_acl.py). No argument may be longer
+    than an ingest entry's body may be (wire.ENTRY_BODY_MAX, which is also the least
+    Redis takes): a node cannot make Redis hold a longer one."""
     return [binary, "--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "700",
             "--save", "", "--appendonly", "yes", "--appendfsync", "everysec", "--dir", str(socket.parent),
-            "--aclfile", str(aclfile)]
+            "--proto-max-bulk-len", "1mb", "--aclfile", str(aclfile)]
 
 
 def up_procfile(bind: str, web_workers: int, data_dir: Path, extra_agents: Iterable[str] = (),

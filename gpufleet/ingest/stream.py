@@ -110,8 +110,10 @@ def ingest_entries(entries: list[dict], keys: NodeKeys | None = None, admission:
     for one to be handled in a later batch (not to be acknowledged now). Raises
     OperationalError/InterfaceError when the database stays unreachable past the
     retries: then nothing of the batch may be acknowledged."""
-    keys = keys or NodeKeys()
-    admission = admission or Admission.from_settings()
+    # `is None`, not `or`: an Admission holding no node yet is empty (falsy), and one made
+    # anew per batch would cap a node per batch instead of per collect interval.
+    keys = NodeKeys() if keys is None else keys
+    admission = Admission.from_settings() if admission is None else admission
     started = time.monotonic()
     outcomes: list[str] = [REFUSED] * len(entries)
     refused: Counter[tuple[str, str]] = Counter()
@@ -124,8 +126,11 @@ def ingest_entries(entries: list[dict], keys: NodeKeys | None = None, admission:
             read.append(wire.read_entry(fields))
         except wire.EntryError as exc:
             read.append(None)
+            # Anyone may append junk, as much as Redis holds: a batch logs the first one's
+            # reason, and counts the rest (logged below), never a line each.
+            if not refused["", Refusal.MALFORMED]:
+                _log_refusal("", str(exc))
             refused["", Refusal.MALFORMED] += 1
-            _log_refusal("", str(exc))
     keys.prepare({entry.node for entry in read if entry is not None})
     for position, entry in enumerate(read):
         if budget < wire.ENTRY_INFLATED_MAX:
@@ -150,12 +155,10 @@ def ingest_entries(entries: list[dict], keys: NodeKeys | None = None, admission:
             continue
         try:
             payload, inflated = wire.entry_payload(entry)
-        except wire.EntryTooLarge as exc:
-            refused[entry.node, Refusal.TOO_LARGE] += 1
-            _log_refusal(entry.node, str(exc))
-            continue
         except wire.EntryError as exc:
-            refused[entry.node, Refusal.MALFORMED] += 1
+            # What was inflated before the refusal cost the same as what is kept.
+            budget -= exc.inflated
+            refused[entry.node, Refusal.TOO_LARGE if isinstance(exc, wire.EntryTooLarge) else Refusal.MALFORMED] += 1
             _log_refusal(entry.node, str(exc))
             continue
         budget -= inflated
