@@ -5,14 +5,13 @@ in production (no default SECRET_KEY unless DEBUG)."""
 from __future__ import annotations
 
 import os
-import socket
 from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 from csp.constants import NONE, SELF
 
-from gpufleet.core import broker_acl
+from gpufleet.core import agent_settings, broker_acl
 from gpufleet.env import (
     SettingError,
     env_bool,
@@ -20,7 +19,6 @@ from gpufleet.env import (
     env_int,
     env_list,
     env_networks,
-    read_private_text,
     require_strong_secret,
 )
 
@@ -28,7 +26,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 # Where the embedded defaults keep their state: the SQLite file, the private Redis's
 # socket and append-only file, beat schedules. One folder, so a fresh start is `rm -r var/`.
-DATA_DIR = Path(os.environ.get("GPUFLEET_DATA_DIR", BASE_DIR / "var")).resolve()
+DATA_DIR = agent_settings.data_dir()
 
 DEBUG = env_bool("DEBUG", False)
 # Production is said, never guessed: the central site's environment file sets
@@ -230,44 +228,24 @@ CONTENT_SECURITY_POLICY = {
     },
 }
 
-_LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    # The one console handler, on the root: a Celery worker replaces the root's handlers
-    # with its own, so each line is printed once there too (a handler on "gpufleet" as
-    # well printed every line of a worker twice).
-    "root": {"handlers": ["console"], "level": "WARNING"},
-    "loggers": {
-        "gpufleet": {"level": _LOG_LEVEL},
-        # Django's warnings and errors: a 500 from django.request comes with its traceback
-        # (the formatter appends it). Django's default sends them nowhere unless DEBUG.
-        "django": {"handlers": [], "level": "WARNING"},
-        # Celery's lines for every task received and done and every beat tick: the
-        # housekeeping beat alone wrote one every few seconds. Failures are errors and
-        # still show; LOG_LEVEL=DEBUG brings the rest back.
-        **{
-            name: {"level": "INFO" if _LOG_LEVEL == "DEBUG" else "WARNING"}
-            for name in ("celery.beat", "celery.worker.strategy", "celery.app.trace")
-        },
-    },
-}
+# Every process's logging, the agent's too (agent_settings.logging_config says how).
+LOGGING = agent_settings.logging_config()
 
 # --- gpufleet --------------------------------------------------------------
 
-GPUFLEET_NODE_NAME = os.environ.get("GPUFLEET_NODE_NAME") or socket.gethostname()
-GPUFLEET_COLLECT_INTERVAL = env_float("GPUFLEET_COLLECT_INTERVAL", 30.0, minimum=1.0)
-# Out-of-range values are ignored by the diagnosis itself (it falls back to 90).
-GPUFLEET_VRAM_WARN_PERCENT = env_float("GPUFLEET_VRAM_WARN_PERCENT", 90.0)
+# What the agent reads too, by the same rules (gpufleet/core/agent_settings.py): the
+# agent process takes it from there, without these settings.
+_AGENT = agent_settings.from_environment()
+GPUFLEET_NODE_NAME = _AGENT.GPUFLEET_NODE_NAME
+GPUFLEET_COLLECT_INTERVAL = _AGENT.GPUFLEET_COLLECT_INTERVAL
+GPUFLEET_VRAM_WARN_PERCENT = _AGENT.GPUFLEET_VRAM_WARN_PERCENT
 # A GPU at or above this temperature warns even before it throttles.
-GPUFLEET_TEMPERATURE_WARN_C = env_float("GPUFLEET_TEMPERATURE_WARN_C", 85.0, minimum=1.0)
+GPUFLEET_TEMPERATURE_WARN_C = _AGENT.GPUFLEET_TEMPERATURE_WARN_C
 # Xid errors older than this no longer count against a GPU.
-GPUFLEET_XID_WINDOW_HOURS = env_float("GPUFLEET_XID_WINDOW_HOURS", 24.0, minimum=0.1)
+GPUFLEET_XID_WINDOW_HOURS = _AGENT.GPUFLEET_XID_WINDOW_HOURS
 # PATH, DOCKER_HOST (default unix:///var/run/docker.sock) and GPUFLEET_CDI_SPEC_DIRS
 # (default /etc/cdi:/var/run/cdi) are read by the agent at each collection.
-GPUFLEET_DOCKER_TIMEOUT = env_float("GPUFLEET_DOCKER_TIMEOUT", 5.0, minimum=0.1)
+GPUFLEET_DOCKER_TIMEOUT = _AGENT.GPUFLEET_DOCKER_TIMEOUT
 # A node counts as offline after this many collect intervals without a snapshot.
 GPUFLEET_OFFLINE_AFTER_INTERVALS = 3
 # Whether the central beat deletes claims past their expiry time (audited, by "system");
@@ -286,9 +264,9 @@ GPUFLEET_HISTORY_RAW_HOURS = env_float(
 GPUFLEET_HISTORY_5M_DAYS = env_float("GPUFLEET_HISTORY_5M_DAYS", 7.0, minimum=1.0)
 GPUFLEET_HISTORY_HOURLY_DAYS = env_float("GPUFLEET_HISTORY_HOURLY_DAYS", 90.0, minimum=1.0)
 # Finding codes this host's agent may fix when asked (comma-separated); none by default.
-GPUFLEET_AGENT_FIXES = env_list("GPUFLEET_AGENT_FIXES", [])
+GPUFLEET_AGENT_FIXES = _AGENT.GPUFLEET_AGENT_FIXES
 # How long "diagnose now" waits for the node before saying it did not answer.
-GPUFLEET_JOB_TIMEOUT = env_float("GPUFLEET_JOB_TIMEOUT", 60.0, minimum=1.0)
+GPUFLEET_JOB_TIMEOUT = _AGENT.GPUFLEET_JOB_TIMEOUT
 
 # Node identity (wire.sign / wire.verify). The centre derives each node's key from
 # GPUFLEET_SIGNING_KEY (by default SECRET_KEY) with wire.derive_node_key; changing it re-keys
@@ -298,9 +276,7 @@ if os.environ.get("GPUFLEET_SIGNING_KEY") and _REQUIRE_SECRETS:
 GPUFLEET_SIGNING_KEY = (os.environ.get("GPUFLEET_SIGNING_KEY") or SECRET_KEY).encode()
 # This agent's key, as `manage.py enroll NODE` prints it; `up` leaves its local agents'
 # keys in the data dir instead, readable by their user only.
-GPUFLEET_AGENT_KEY = os.environ.get("GPUFLEET_AGENT_KEY", "").strip() or read_private_text(
-    DATA_DIR / f"agent-{GPUFLEET_NODE_NAME}.key"
-)
+GPUFLEET_AGENT_KEY = _AGENT.GPUFLEET_AGENT_KEY
 
 # --- /metrics ------------------------------------------------------------------
 
@@ -319,54 +295,25 @@ GPUFLEET_METRICS_DIR.mkdir(parents=True, exist_ok=True)
 # With CELERY_BROKER_URL unset, `up` runs a private Redis on this socket and tells its
 # processes; a command started beside it with the same GPUFLEET_DATA_DIR finds that
 # Redis here too. The same engine as production: there is no broker of our own.
-PRIVATE_REDIS_SOCKET = DATA_DIR / "redis.sock"
+PRIVATE_REDIS_SOCKET = _AGENT.PRIVATE_REDIS_SOCKET
 # That Redis has no default user, as production's should not: the central processes log in
 # as the centre's user, with the password kept here (made once by `up`; its aclfile holds the hash).
-PRIVATE_REDIS_PASSWORD_FILE = DATA_DIR / "redis-centre.password"
+PRIVATE_REDIS_PASSWORD_FILE = _AGENT.PRIVATE_REDIS_PASSWORD_FILE
 PRIVATE_REDIS_ACLFILE = DATA_DIR / "redis-users.acl"
 PRIVATE_REDIS_URL = broker_acl.private_url(PRIVATE_REDIS_SOCKET, PRIVATE_REDIS_PASSWORD_FILE)
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or PRIVATE_REDIS_URL
-CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# A worker that loses the broker keeps trying (never exits), at most this far apart.
-CELERY_BROKER_CONNECTION_MAX_RETRIES = None
-CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 4.0)
+CELERY_BROKER_URL = _AGENT.CELERY_BROKER_URL
+CELERY_BROKER_CONNECTION_TIMEOUT = _AGENT.CELERY_BROKER_CONNECTION_TIMEOUT
+# Serialisation (JSON only), compression, time limits, acks, reconnecting: the options the
+# agent's Celery app uses too, kept once (agent_settings.CELERY_SHARED).
+globals().update({f"CELERY_{name.upper()}": value for name, value in agent_settings.CELERY_SHARED.items()})
 # A message a worker took and never acknowledged (killed mid-task) goes back to its
 # queue after this many seconds. Keep it longer than any task may run
 # (CELERY_TASK_TIME_LIMIT, 120 s), or a slow task is handed to a second worker while the
 # first still runs it (not harmless for fixes). An ingest stream entry a consumer took
 # and never acknowledged is taken over by another consumer after as long (a repeat
 # there is a stale snapshot, ignored).
-GPUFLEET_BROKER_VISIBILITY_TIMEOUT = env_float("GPUFLEET_BROKER_VISIBILITY_TIMEOUT", 300.0, minimum=1.0)
-CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": GPUFLEET_BROKER_VISIBILITY_TIMEOUT,
-    # kombu looks for such messages every interval × throttle seconds (100 s by
-    # default); one cheap index scan every 10 s (or per timeout, if shorter) bounds
-    # the redelivery at the timeout plus that.
-    "unacked_restore_interval": min(10, GPUFLEET_BROKER_VISIBILITY_TIMEOUT),
-    "unacked_restore_throttle": 1,
-    # The lock a sweep holds, which a worker killed mid-sweep leaves behind: kombu's
-    # 300 s default then stops every sweep for five minutes. A sweep takes
-    # milliseconds; a second one overlapping it at worst hands a message out twice,
-    # which ingest ignores as stale and agents refuse as a job already run.
-    "unacked_mutex_expire": min(10, GPUFLEET_BROKER_VISIBILITY_TIMEOUT),
-}
-CELERY_TASK_SERIALIZER = "json"
-CELERY_RESULT_SERIALIZER = "json"
-CELERY_ACCEPT_CONTENT = ["json"]
-# An 8-GPU snapshot is a 13 KB message, 3.3 KB compressed: what a backlog holds in the
-# broker's memory (and `up`'s append-only file), and what kombu copies into its table
-# of unacknowledged messages, shrink fourfold. Workers inflate compressed and plain
-# messages alike, so agents of any version can send to any site.
-CELERY_TASK_COMPRESSION = "zlib"
-CELERY_TASK_IGNORE_RESULT = True
-CELERY_TASK_TIME_LIMIT = 120
-CELERY_TASK_SOFT_TIME_LIMIT = 100
-CELERY_TASK_ACKS_LATE = True
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# Nothing sends the workers remote-control commands (celery inspect/control), and each
-# worker otherwise keeps a Redis pub/sub connection for them: a second socket on which a
-# Redis outage shows first, while a reply to the queue's BRPOP, lost with it, went unsaid.
-CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
+GPUFLEET_BROKER_VISIBILITY_TIMEOUT = _AGENT.GPUFLEET_BROKER_VISIBILITY_TIMEOUT
+CELERY_BROKER_TRANSPORT_OPTIONS = agent_settings.broker_transport_options(GPUFLEET_BROKER_VISIBILITY_TIMEOUT)
 # Celery's Django fixup closes the database connection after every task unless told
 # to reuse it: at 1 connection per snapshot that cost ingest 4/5 of its speed.
 CELERY_DB_REUSE_MAX = 1000
@@ -376,8 +323,8 @@ CELERY_TASK_DEFAULT_QUEUE = "housekeeping"
 # (gpufleet/ingest/stream.py). Agents trim it to about MAXLEN entries as they append:
 # the consumers delete what they stored, so only a backlog that long is ever trimmed,
 # and the consumers log and /metrics counts what was (gpufleet_ingest_stream_trimmed).
-GPUFLEET_INGEST_STREAM = os.environ.get("GPUFLEET_INGEST_STREAM", "gpufleet:ingest")
-GPUFLEET_INGEST_STREAM_MAXLEN = env_int("GPUFLEET_INGEST_STREAM_MAXLEN", 200_000, minimum=1000)
+GPUFLEET_INGEST_STREAM = _AGENT.GPUFLEET_INGEST_STREAM
+GPUFLEET_INGEST_STREAM_MAXLEN = _AGENT.GPUFLEET_INGEST_STREAM_MAXLEN
 # A consumer stores up to this many entries in one transaction, and waits up to
 # BLOCK_MS for the first of a batch (also how long SIGTERM may wait for it to notice).
 # Keep the batch well below what it can store within the visibility timeout.
@@ -395,7 +342,6 @@ CELERY_TASK_ROUTES = {
     "gpufleet.jobs.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
     "gpufleet.claims.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
 }
-CELERY_WORKER_SEND_TASK_EVENTS = False
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
 # GPUFLEET_ROLE picks whose beat schedule this process runs: the node agent's
@@ -407,13 +353,7 @@ if GPUFLEET_ROLE == "agent":
     # Every key of the agent's queue (the queue, its unacknowledged index, its bindings)
     # under the node's own prefix: the only keys its broker user may use.
     CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = broker_acl.node_key_prefix(GPUFLEET_NODE_NAME)
-    CELERY_BEAT_SCHEDULE = {
-        "collect": {
-            "task": "gpufleet.agent.tasks.collect",
-            "schedule": GPUFLEET_COLLECT_INTERVAL,
-            "options": {"queue": f"node.{GPUFLEET_NODE_NAME}", "expires": GPUFLEET_COLLECT_INTERVAL},
-        },
-    }
+    CELERY_BEAT_SCHEDULE = agent_settings.agent_beat_schedule(_AGENT)
 else:
     CELERY_BEAT_SCHEDULE = {
         "mark-offline": {

@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
@@ -453,6 +451,10 @@ def derive_node_key(master: bytes, node: str, generation: int) -> NodeKey:
     (RFC 5869) with the node and generation as its context. Derived, not stored: the
     database holds no secret, and rotating the signing key re-keys every node. The one
     derivation of node keys: enrolment, signing and checking all come here."""
+    # Only the centre derives keys: imported here, so an agent never loads the library.
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
     # JSON, so no node name can pass for another's name and generation.
     info = json.dumps(["gpufleet node key", node, generation], ensure_ascii=True).encode()
     hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"gpufleet node keys", info=info)

@@ -25,6 +25,7 @@ LAYERS = {
     "gpu": (0, 0),
     "env": (1, 0),
     "broker": (1, 0),
+    "celery_common": (1, 0),
     "celery": (1, 1),
     "core": (1, 2),
     "wire": (2, 0),

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.conf import settings
-
 from gpufleet import gpu, wire
+from gpufleet.core import agent_settings
 from gpufleet.gpu.host import SubprocessRunner
 
 FIX_TIMEOUT_S = 300.0
@@ -28,7 +27,7 @@ FIX_COMMANDS: dict[str, tuple[tuple[str, ...], ...]] = {
 
 def allowed_fixes() -> list[str]:
     """The codes this agent will fix: configured and known, in a stable order."""
-    return sorted(code for code in settings.GPUFLEET_AGENT_FIXES if code in FIX_COMMANDS)
+    return sorted(code for code in agent_settings.current().GPUFLEET_AGENT_FIXES if code in FIX_COMMANDS)
 
 
 @dataclass(frozen=True)

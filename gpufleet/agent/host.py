@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import os
 
-from django.conf import settings
-
 from gpufleet import gpu
+from gpufleet.core import agent_settings
 from gpufleet.gpu.host import EngineDocker, SubprocessRunner, list_cdi_spec_files, parse_spec_dirs
 from gpufleet.wire import build_snapshot
 
@@ -20,6 +19,7 @@ SMI_QUERY = gpu.SmiQuery()
 
 
 def diagnose_this_host(runner: gpu.Runner | None = None) -> gpu.HostDiagnosis:
+    settings = agent_settings.current()
     return gpu.diagnose_host(
         runner or SubprocessRunner(),
         EngineDocker(timeout=settings.GPUFLEET_DOCKER_TIMEOUT),
@@ -36,4 +36,4 @@ def snapshot_this_host(node: str | None = None) -> dict:
     """One collection: diagnose this host and package it for ingest."""
     from gpufleet.agent.fixes import allowed_fixes
 
-    return build_snapshot(diagnose_this_host(), node or settings.GPUFLEET_NODE_NAME, allowed_fixes())
+    return build_snapshot(diagnose_this_host(), node or agent_settings.current().GPUFLEET_NODE_NAME, allowed_fixes())

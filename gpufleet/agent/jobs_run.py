@@ -14,8 +14,7 @@ import logging
 from datetime import datetime
 from pathlib import Path
 
-from django.conf import settings
-
+from gpufleet.core import agent_settings
 from gpufleet.env import write_private_text
 
 log = logging.getLogger(__name__)
@@ -60,6 +59,7 @@ class JobsRun:
 
 def for_this_agent() -> JobsRun:
     """The jobs run by this host's agent (GPUFLEET_NODE_NAME): `up` runs several under one data dir."""
+    settings = agent_settings.current()
     return JobsRun(settings.DATA_DIR / f"agent-{settings.GPUFLEET_NODE_NAME}-fixes-run.json",
                    settings.GPUFLEET_JOB_TIMEOUT)
 

@@ -13,13 +13,12 @@ import time
 
 from celery import shared_task
 from celery.signals import worker_ready
-from django.conf import settings
 
 from gpufleet import wire
 from gpufleet.agent import jobs_run
 from gpufleet.agent.fixes import apply_fix as run_fix
 from gpufleet.agent.host import snapshot_this_host
-from gpufleet.core import broker
+from gpufleet.core import agent_settings, broker
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +26,7 @@ log = logging.getLogger(__name__)
 def agent_key() -> wire.NodeKey | None:
     """This agent's key, or None (logged: at every message, as it needs fixing) when it
     has none or an unreadable one."""
+    settings = agent_settings.current()
     if not settings.GPUFLEET_AGENT_KEY:
         log.error("not enrolled (GPUFLEET_AGENT_KEY is not set), so the central site refuses what this agent sends:"
                   " run `manage.py enroll %s` there and set the line it prints.", settings.GPUFLEET_NODE_NAME)
@@ -46,12 +46,13 @@ def send_to_centre(kind: str, payload: list) -> None:
     key = agent_key()
     if key is None:
         return  # the centre would refuse it; agent_key said why
-    broker.append(wire.encode_entry(key, settings.GPUFLEET_NODE_NAME, kind, payload))
+    broker.append(wire.encode_entry(key, agent_settings.current().GPUFLEET_NODE_NAME, kind, payload))
 
 
 def from_centre(task: str, args: list, auth) -> bool:
     """Whether the centre signed this task for this node within the job timeout (logged if not)."""
     key = agent_key()
+    settings = agent_settings.current()
     node = settings.GPUFLEET_NODE_NAME
 
     def key_for(name: str, generation: int) -> wire.NodeKey | None:
@@ -96,6 +97,8 @@ def apply_fix(self, job_id: int, code: str, auth: dict | None = None) -> None:
 
 @worker_ready.connect
 def collect_at_start(sender, **kwargs) -> None:
-    """An agent reports as soon as it starts, not one interval later."""
-    if settings.GPUFLEET_ROLE == "agent":
+    """An agent reports as soon as it starts, not one interval later: a worker of the
+    agent's app, or a central one run as an agent (GPUFLEET_ROLE=agent)."""
+    settings = agent_settings.current()
+    if sender.app.main == agent_settings.AGENT_APP or getattr(settings, "GPUFLEET_ROLE", "") == "agent":
         collect.apply_async(queue=wire.agent_queue(settings.GPUFLEET_NODE_NAME))

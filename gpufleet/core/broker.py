@@ -9,6 +9,8 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from gpufleet.core import agent_settings
+
 # kombu names a Redis on a unix socket redis+socket:///path (or socket://); redis-py unix:///path.
 _SOCKET_SCHEMES = ("redis+socket://", "socket://")
 
@@ -34,8 +36,7 @@ def connect(broker_url: str, timeout: float = 10.0, retries: int = 3) -> redis.R
 @functools.cache
 def client() -> redis.Redis:
     """This process's client of the settings' broker (redis-py pools its connections)."""
-    from django.conf import settings
-
+    settings = agent_settings.current()
     return connect(settings.CELERY_BROKER_URL)
 
 
@@ -43,8 +44,7 @@ def append(fields: dict[bytes, bytes], to: redis.Redis | None = None) -> bytes:
     """XADD one entry (wire.encode_entry) to the ingest stream, trimming it to about
     GPUFLEET_INGEST_STREAM_MAXLEN entries (XADD says nothing of what it trimmed: the
     centre counts that: stream_status below)."""
-    from django.conf import settings
-
+    settings = agent_settings.current()
     return (to or client()).xadd(settings.GPUFLEET_INGEST_STREAM, fields,
                                  maxlen=settings.GPUFLEET_INGEST_STREAM_MAXLEN, approximate=True)
 
@@ -58,8 +58,7 @@ def deleted_key(stream: str) -> str:
 def stream_status(to: redis.Redis, stream: str | None = None) -> tuple[int, int]:
     """The ingest stream's length (entries not stored yet) and how many entries its
     MAXLEN trimmed before they were stored, since the stream was made."""
-    from django.conf import settings
-
+    settings = agent_settings.current()
     stream = stream or settings.GPUFLEET_INGEST_STREAM
     try:
         info = to.xinfo_stream(stream)

@@ -43,11 +43,13 @@ def agent() -> list[str]:
 
 
 def agent_worker(node: str, data_dir: Path) -> list[str]:
-    """A node's agent: its own queue node.<name>, with the beat that schedules collect.
-    Run with GPUFLEET_ROLE=agent so beat loads the agent's schedule."""
+    """A node's agent: the agent's own Celery app (gpufleet/agent/app.py, no Django),
+    consuming its queue node.<name>, with the beat that schedules collect."""
     # No heartbeat either: its broker user may send nothing but its own queue's commands
     # and XADD (gpufleet/core/broker_acl.py), and nothing listens for worker events.
-    return [*_CELERY, "worker", "-Q", f"node.{node}", "-B", "-s", str(data_dir / f"beat-agent-{node}"),
+    # Its beat runs in a thread of the worker (gpufleet/agent/app.py), not in the process -B forks.
+    return [PYTHON, "-m", "celery", "-A", "gpufleet.agent.app", "worker", "-Q", f"node.{node}",
+            "-s", str(data_dir / f"beat-agent-{node}"),
             "--pool", "solo", "-n", f"agent.{node}@%h", *_QUIET, "--without-heartbeat", "-l", "INFO"]
 
 

@@ -14,6 +14,8 @@ class Command(BaseCommand):
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
         argv = processes.agent_worker(settings.GPUFLEET_NODE_NAME, settings.DATA_DIR)
         env = {**os.environ, "GPUFLEET_ROLE": "agent"}
+        # The agent's app loads no Django (gpufleet/agent/app.py), and no Celery fixup should either.
+        env.pop("DJANGO_SETTINGS_MODULE", None)
         # Beside `up`, its own broker user rather than the centre's, which up's children inherit.
         if url := read_private_text(broker_acl.agent_url_file(settings.DATA_DIR, settings.GPUFLEET_NODE_NAME)):
             env["CELERY_BROKER_URL"] = url

@@ -1,0 +1,192 @@
+"""The settings a node's agent runs with, read from the environment by the rules of
+gpufleet/env.py without Django: the agent process (gpufleet/agent/app.py) never loads
+the site's settings, its apps or its database layer. The central settings.py takes the
+same variables from `from_environment` (one rule each) and the Celery options both
+sides share from `celery_options`.
+
+Inside the site (`manage.py collect --once`, tests) `current()` answers the site's
+settings instead: they hold the same values unless a test overrides one."""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpufleet.core import broker_acl
+from gpufleet.env import env_float, env_int, env_list, read_private_text
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+# The name of the agent's Celery app (gpufleet/agent/app.py), by which a signal
+# handler tells the agent's worker from the central ones.
+AGENT_APP = "gpufleet-agent"
+
+
+@dataclass
+class AgentSettings:
+    """What the agent reads, under the names the site's settings give the same values."""
+
+    DATA_DIR: Path
+    GPUFLEET_NODE_NAME: str
+    GPUFLEET_COLLECT_INTERVAL: float
+    GPUFLEET_VRAM_WARN_PERCENT: float
+    GPUFLEET_TEMPERATURE_WARN_C: float
+    GPUFLEET_XID_WINDOW_HOURS: float
+    GPUFLEET_DOCKER_TIMEOUT: float
+    GPUFLEET_AGENT_FIXES: list[str]
+    GPUFLEET_JOB_TIMEOUT: float
+    GPUFLEET_AGENT_KEY: str
+    GPUFLEET_INGEST_STREAM: str
+    GPUFLEET_INGEST_STREAM_MAXLEN: int
+    GPUFLEET_BROKER_VISIBILITY_TIMEOUT: float
+    CELERY_BROKER_URL: str
+    CELERY_BROKER_CONNECTION_TIMEOUT: float
+    PRIVATE_REDIS_SOCKET: Path = field(repr=False, default=Path())
+    PRIVATE_REDIS_PASSWORD_FILE: Path = field(repr=False, default=Path())
+
+
+def data_dir() -> Path:
+    """Where the embedded defaults keep their state (GPUFLEET_DATA_DIR, default var/)."""
+    return Path(os.environ.get("GPUFLEET_DATA_DIR", BASE_DIR / "var")).resolve()
+
+
+def from_environment() -> AgentSettings:
+    data = data_dir()
+    node = os.environ.get("GPUFLEET_NODE_NAME") or socket.gethostname()
+    # With CELERY_BROKER_URL unset, `up`'s private Redis on this socket, as the centre's user.
+    private_socket, password_file = data / "redis.sock", data / "redis-centre.password"
+    return AgentSettings(
+        DATA_DIR=data,
+        GPUFLEET_NODE_NAME=node,
+        GPUFLEET_COLLECT_INTERVAL=env_float("GPUFLEET_COLLECT_INTERVAL", 30.0, minimum=1.0),
+        # Out-of-range values are ignored by the diagnosis itself (it falls back to 90).
+        GPUFLEET_VRAM_WARN_PERCENT=env_float("GPUFLEET_VRAM_WARN_PERCENT", 90.0),
+        GPUFLEET_TEMPERATURE_WARN_C=env_float("GPUFLEET_TEMPERATURE_WARN_C", 85.0, minimum=1.0),
+        GPUFLEET_XID_WINDOW_HOURS=env_float("GPUFLEET_XID_WINDOW_HOURS", 24.0, minimum=0.1),
+        GPUFLEET_DOCKER_TIMEOUT=env_float("GPUFLEET_DOCKER_TIMEOUT", 5.0, minimum=0.1),
+        GPUFLEET_AGENT_FIXES=env_list("GPUFLEET_AGENT_FIXES", []),
+        GPUFLEET_JOB_TIMEOUT=env_float("GPUFLEET_JOB_TIMEOUT", 60.0, minimum=1.0),
+        # As `manage.py enroll NODE` prints it; `up` leaves its local agents' keys in the
+        # data dir instead, readable by their user only.
+        GPUFLEET_AGENT_KEY=os.environ.get("GPUFLEET_AGENT_KEY", "").strip()
+        or read_private_text(data / f"agent-{node}.key"),
+        GPUFLEET_INGEST_STREAM=os.environ.get("GPUFLEET_INGEST_STREAM", "gpufleet:ingest"),
+        GPUFLEET_INGEST_STREAM_MAXLEN=env_int("GPUFLEET_INGEST_STREAM_MAXLEN", 200_000, minimum=1000),
+        GPUFLEET_BROKER_VISIBILITY_TIMEOUT=env_float("GPUFLEET_BROKER_VISIBILITY_TIMEOUT", 300.0, minimum=1.0),
+        CELERY_BROKER_URL=os.environ.get("CELERY_BROKER_URL") or broker_acl.private_url(private_socket, password_file),
+        CELERY_BROKER_CONNECTION_TIMEOUT=env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 4.0),
+        PRIVATE_REDIS_SOCKET=private_socket,
+        PRIVATE_REDIS_PASSWORD_FILE=password_file,
+    )
+
+
+@functools.cache
+def _alone() -> AgentSettings:
+    return from_environment()
+
+
+def current() -> Any:
+    """The site's settings inside the site, else this process's AgentSettings (read once)."""
+    conf = sys.modules.get("django.conf")
+    if conf is not None and conf.settings.configured:
+        return conf.settings
+    return _alone()
+
+
+def broker_transport_options(visibility_timeout: float) -> dict[str, Any]:
+    return {
+        "visibility_timeout": visibility_timeout,
+        # kombu looks for unacknowledged messages every interval × throttle seconds (100 s
+        # by default); one cheap index scan every 10 s (or per timeout, if shorter) bounds
+        # the redelivery at the timeout plus that.
+        "unacked_restore_interval": min(10, visibility_timeout),
+        "unacked_restore_throttle": 1,
+        # The lock a sweep holds, which a worker killed mid-sweep leaves behind: kombu's
+        # 300 s default then stops every sweep for five minutes. A sweep takes
+        # milliseconds; a second one overlapping it at worst hands a message out twice,
+        # which ingest ignores as stale and agents refuse as a job already run.
+        "unacked_mutex_expire": min(10, visibility_timeout),
+    }
+
+
+# What every gpufleet worker and sender agrees on (settings.py takes them as CELERY_*).
+CELERY_SHARED: dict[str, Any] = {
+    "broker_connection_retry_on_startup": True,
+    # A worker that loses the broker keeps trying (never exits).
+    "broker_connection_max_retries": None,
+    "task_serializer": "json",
+    "result_serializer": "json",
+    "accept_content": ["json"],
+    # An 8-GPU snapshot is a 13 KB message, 3.3 KB compressed: what a backlog holds in
+    # the broker's memory shrinks fourfold. Workers inflate compressed and plain
+    # messages alike, so agents of any version can send to any site.
+    "task_compression": "zlib",
+    "task_ignore_result": True,
+    "task_time_limit": 120,
+    "task_soft_time_limit": 100,
+    "task_acks_late": True,
+    "worker_prefetch_multiplier": 1,
+    # Nothing sends the workers remote-control commands (celery inspect/control), and
+    # each worker otherwise keeps a Redis pub/sub connection for them.
+    "worker_enable_remote_control": False,
+    "worker_send_task_events": False,
+}
+
+
+def agent_beat_schedule(s: Any) -> dict[str, Any]:
+    """The agent's own schedule: collect this host every GPUFLEET_COLLECT_INTERVAL."""
+    return {
+        "collect": {
+            "task": "gpufleet.agent.tasks.collect",
+            "schedule": s.GPUFLEET_COLLECT_INTERVAL,
+            "options": {"queue": f"node.{s.GPUFLEET_NODE_NAME}", "expires": s.GPUFLEET_COLLECT_INTERVAL},
+        },
+    }
+
+
+def agent_celery_options(s: Any) -> dict[str, Any]:
+    """The agent's Celery configuration: the shared options, its broker, and every key of
+    its queue (the queue, its unacknowledged index, its bindings) under the node's own
+    prefix: the only keys its broker user may use."""
+    return {
+        **CELERY_SHARED,
+        "broker_url": s.CELERY_BROKER_URL,
+        "broker_connection_timeout": s.CELERY_BROKER_CONNECTION_TIMEOUT,
+        "broker_transport_options": {**broker_transport_options(s.GPUFLEET_BROKER_VISIBILITY_TIMEOUT),
+                                     "global_keyprefix": broker_acl.node_key_prefix(s.GPUFLEET_NODE_NAME)},
+        "task_default_queue": f"node.{s.GPUFLEET_NODE_NAME}",
+        "beat_schedule": agent_beat_schedule(s),
+    }
+
+
+def logging_config() -> dict[str, Any]:
+    """The logging of every gpufleet process (settings.LOGGING; the agent's app applies it
+    itself): LOG_LEVEL for gpufleet's own loggers."""
+    level = os.environ.get("LOG_LEVEL", "INFO")
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+        # The one console handler, on the root: a Celery worker replaces the root's handlers
+        # with its own, so each line is printed once there too (a handler on "gpufleet" as
+        # well printed every line of a worker twice).
+        "root": {"handlers": ["console"], "level": "WARNING"},
+        "loggers": {
+            "gpufleet": {"level": level},
+            # Django's warnings and errors: a 500 from django.request comes with its traceback
+            # (the formatter appends it). Django's default sends them nowhere unless DEBUG.
+            "django": {"handlers": [], "level": "WARNING"},
+            # Celery's lines for every task received and done and every beat tick: the
+            # housekeeping beat alone wrote one every few seconds. Failures are errors and
+            # still show; LOG_LEVEL=DEBUG brings the rest back.
+            **{
+                name: {"level": "INFO" if level == "DEBUG" else "WARNING"}
+                for name in ("celery.beat", "celery.worker.strategy", "celery.app.trace")
+            },
+        },
+    }
