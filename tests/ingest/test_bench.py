@@ -28,6 +28,7 @@ MEASURED = (
     *(f"ratio_{page}_to_admin" for page in PAGES if page != "admin_changelist"),
     "report_csv_copy_floor_ms", "ratio_report_csv_to_copy_floor",
     "metrics_scrape_s", "metrics_scrape_queries", "metrics_scrape_bytes",
+    "agent_rss_mib", "agent_cpu_per_cycle_s", "bare_commands_cpu_per_cycle_s", "ratio_agent_cpu_to_bare_commands",
 )
 FLOORS = ("ingest_copy_floor_per_s", "ratio_ingest_to_copy_floor", "report_csv_copy_floor_ms",
           "ratio_report_csv_to_copy_floor")
@@ -36,7 +37,8 @@ DEPENDS = {"ratio_ingest_to_copy_floor": ("ingest_snapshots_per_s", "ingest_copy
            "ratio_ingest_service_to_copy_floor": ("ingest_service_snapshots_per_s", "ingest_copy_floor_per_s"),
            "ratio_ingest_busy_to_copy_floor": ("ingest_busy_snapshots_per_s", "ingest_copy_floor_per_s"),
            "fleet_nodes_one_host_keeps_up_with": ("ingest_service_snapshots_per_s",),
-           "ratio_report_csv_to_copy_floor": ("report_csv_copy_floor_ms",)}
+           "ratio_report_csv_to_copy_floor": ("report_csv_copy_floor_ms",),
+           "ratio_agent_cpu_to_bare_commands": ("agent_cpu_per_cycle_s", "bare_commands_cpu_per_cycle_s")}
 
 
 def _postgresql() -> bool:

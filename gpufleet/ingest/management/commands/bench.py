@@ -12,7 +12,11 @@ measured in the same run, in a throwaway test database (never the configured one
   nodes one central host keeps up with at the collect interval;
 - the pages, the node page with 24 h of history, and /metrics, beside Django's own
   admin changelist of the same nodes;
-- the fleet report CSV beside PostgreSQL's own COPY ... TO STDOUT WITH CSV of the same rows.
+- the fleet report CSV beside PostgreSQL's own COPY ... TO STDOUT WITH CSV of the same rows;
+- the agent as a GPU host runs it (processes.agent_worker, against a redis-server of the
+  bench's own, collecting every second with this host's commands): the resident memory of
+  its process tree (the commands it runs included) and its CPU per collection, beside the
+  CPU of the bare commands of a collection run alone.
 
 `--json` prints one JSON object (figures named with their unit, null where one was
 skipped, with the reason under "skipped"); otherwise a table. Progress goes to stderr.
@@ -23,11 +27,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
@@ -37,7 +44,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext, setup_test_environment
 
 from gpufleet import gpu, wire
-from gpufleet.core import broker, processes
+from gpufleet.agent.host import diagnose_this_host
+from gpufleet.core import broker, footprint, processes
 from gpufleet.core.workers import WorkerDidNotStart, database_url, running_worker
 from gpufleet.fleet import credentials
 from gpufleet.fleet.benchmarks import add_history
@@ -57,6 +65,11 @@ BENCH_REDIS_DB = 15
 # 2-core host the figures were first taken on).
 SERVICE_CONSUMERS = 2
 WORKER_START_S = 60
+# Collections the agent's figures are taken over, after its first one (imports, a first
+# look at the host) is done.
+AGENT_CYCLES = 5
+AGENT_FIGURES = ("agent_rss_mib", "agent_cpu_per_cycle_s", "bare_commands_cpu_per_cycle_s",
+                 "ratio_agent_cpu_to_bare_commands")
 # A peer the bench always measures: Django's admin changelist of the same nodes.
 ADMIN = "admin_changelist"
 # (key, label, url, headers); "{node}" is a node without history, "{history}" the one with 24 h.
@@ -161,6 +174,7 @@ class Command(BaseCommand):
             self._pages(client, repeat, node=names[min(7, nodes - 1)], history=names[0])
             self._metrics(client, repeat)
             self._report_csv_floor(repeat)
+            self._agent_footprint()
         finally:
             connection.creation.destroy_test_db(old_name, verbosity=0)
         self.figures["skipped"] = self.skipped
@@ -469,6 +483,37 @@ class Command(BaseCommand):
             self.figures["report_csv_copy_floor_bytes"] = size
         self.figures["ratio_report_csv_to_copy_floor"] = _ratio(self.figures["report_csv_ms"], self.figures[key])
 
+    # --- The agent -------------------------------------------------------------------
+
+    def _agent_footprint(self) -> None:
+        server = shutil.which("redis-server")
+        if server is None:
+            for key in AGENT_FIGURES:
+                self._skip(key, "redis-server is not installed")
+            return
+        self._say(f"running the agent for {AGENT_CYCLES} collections ...")
+        with tempfile.TemporaryDirectory(prefix="gf-agent-", dir="/tmp") as folder:
+            try:
+                rss, cpu = _run_agent(server, Path(folder))
+            except (OSError, TimeoutError) as exc:
+                for key in AGENT_FIGURES:
+                    self._skip(key, f"the agent did not run: {exc}")
+                return
+        self.figures["agent_rss_mib"] = round(rss / 2**20, 1)
+        self.figures["agent_cpu_per_cycle_s"] = float(f"{cpu:.3g}")
+        diagnose_this_host()  # as the agent's first collection: what this host's driver knows
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        for _ in range(AGENT_CYCLES):
+            diagnose_this_host()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        bare = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / AGENT_CYCLES
+        if bare <= 0:
+            for key in AGENT_FIGURES[2:]:
+                self._skip(key, "no GPU command ran on this host (nvidia-smi not on PATH)")
+        else:
+            self.figures["bare_commands_cpu_per_cycle_s"] = float(f"{bare:.3g}")
+            self.figures["ratio_agent_cpu_to_bare_commands"] = round(cpu / bare, 2)
+
     # --- Results -----------------------------------------------------------------
 
     def _targets(self) -> dict:
@@ -486,6 +531,8 @@ class Command(BaseCommand):
             "node_page_24h_no_slower_than_admin": at_most(f["node_page_24h_ms"], f[f"{ADMIN}_ms"]),
             "pages_no_slower_than_admin": all(at_most(f[f"{key}_ms"], f[f"{ADMIN}_ms"]) for key in pages),
             "report_csv_within_5x_copy_csv": at_most(f["report_csv_ms"], f.get("report_csv_copy_floor_ms"), 5),
+            "agent_at_most_64_mib": None if f["agent_rss_mib"] is None else f["agent_rss_mib"] <= 64,
+            "agent_cpu_at_most_1.2x_bare_commands": at_most(f["ratio_agent_cpu_to_bare_commands"], 1.2),
             "metrics_under_2_s_at_10000_nodes_x_8": (f["metrics_scrape_s"] < 2.0
                                                      if f["nodes"] >= 10_000 and f["gpus_per_node"] >= 8 else None),
         }
@@ -546,10 +593,53 @@ class Command(BaseCommand):
             out(f"one central host like this one keeps up with about {f['fleet_nodes_one_host_keeps_up_with']:,.0f} "
                 f"nodes at the {f['collect_interval_s']:g} s collect interval (the service's rate x the interval)")
         out("")
+        if f["agent_rss_mib"] is not None:
+            out(f"agent: {f['agent_rss_mib']} MiB resident (its process tree, commands included), "
+                f"{f['agent_cpu_per_cycle_s']} s CPU per collection; the bare commands "
+                f"{f['bare_commands_cpu_per_cycle_s']} s (ratio {_show(f['ratio_agent_cpu_to_bare_commands'])})")
         for target, met in f["targets"].items():
             out(f"target {target}: {'met' if met else 'not measured' if met is None else 'NOT met'}")
         for key, reason in self.skipped.items():
             out(f"skipped {key}: {reason}")
+
+
+def _run_agent(server: str, folder: Path) -> tuple[int, float]:
+    """The agent's peak process-tree RSS (bytes) and CPU seconds per collection, over
+    AGENT_CYCLES collections once its first is done."""
+    sock, stream, node = folder / "redis.sock", "bench:agent", "bench-agent"
+    redis_server = subprocess.Popen([server, "--port", "0", "--unixsocket", str(sock), "--save", "", "--appendonly",
+                                     "no", "--dir", str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    agent = None
+    try:
+        client = broker.connect(f"redis+socket://{sock}", timeout=5)
+        deadline = time.monotonic() + WORKER_START_S
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        env = {**os.environ, "CELERY_BROKER_URL": f"redis+socket://{sock}", "GPUFLEET_DATA_DIR": str(folder),
+               "GPUFLEET_NODE_NAME": node, "GPUFLEET_AGENT_KEY": str(wire.NodeKey(1, os.urandom(32))),
+               "GPUFLEET_COLLECT_INTERVAL": "1", "GPUFLEET_INGEST_STREAM": stream}
+        env.pop("DATABASE_URL", None)
+        agent = subprocess.Popen(processes.agent_worker(node, folder), env=env, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+
+        def collections() -> int:
+            if time.monotonic() > deadline or agent.poll() is not None:
+                raise TimeoutError("no snapshot from the agent")
+            return client.xlen(stream)
+
+        while collections() < 1:
+            time.sleep(0.05)
+        first, cpu, peak = collections(), footprint.cpu_seconds(agent.pid), 0
+        deadline = time.monotonic() + WORKER_START_S
+        while (done := collections()) < first + AGENT_CYCLES:
+            peak = max(peak, footprint.rss_bytes(agent.pid))
+            time.sleep(0.02)
+        return peak, (footprint.cpu_seconds(agent.pid) - cpu) / (done - first)
+    finally:
+        for proc in (agent, redis_server):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(30)
 
 
 def _show(ratio) -> str:
