@@ -4,8 +4,10 @@ database connection; it still collects and sends under its node's own broker use
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -64,3 +66,29 @@ def test_the_agent_collects_and_sends_without_loading_the_site_or_a_database_dri
         imported = modules.read_text().split()
         assert "gpufleet.agent.tasks" in imported, output[-3000:]
         assert sorted(m for m in imported if m.startswith(SITE_ONLY)) == []
+
+
+SITE_AND_AGENT = """
+import dataclasses, json
+from gpufleet import settings
+from gpufleet.core import agent_settings
+agent = agent_settings.from_environment()
+print(json.dumps({f.name: [str(getattr(agent, f.name)), str(getattr(settings, f.name))]
+                  for f in dataclasses.fields(agent)}))
+"""
+
+
+def test_the_site_and_the_agent_read_the_same_variables_alike(tmp_path):
+    env = {**os.environ, "GPUFLEET_DATA_DIR": str(tmp_path), "GPUFLEET_NODE_NAME": "gpu-9", "GPUFLEET_AGENT_FIXES": "cdi, runtime",
+           "GPUFLEET_COLLECT_INTERVAL": "7", "GPUFLEET_JOB_TIMEOUT": "90", "GPUFLEET_INGEST_STREAM": "s:1",
+           "GPUFLEET_BROKER_VISIBILITY_TIMEOUT": "42"}
+    for name in ("CELERY_BROKER_URL", "GPUFLEET_AGENT_KEY", "DATABASE_URL"):
+        env.pop(name, None)
+    (tmp_path / "agent-gpu-9.key").write_text("1.a-key-left-by-up")
+    done = subprocess.run([sys.executable, "-c", SITE_AND_AGENT], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=60, check=True)
+    values = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {name: pair for name, pair in values.items() if pair[0] != pair[1]} == {}
+    assert values["GPUFLEET_AGENT_FIXES"][0] == "['cdi', 'runtime']"
+    assert values["GPUFLEET_AGENT_KEY"][0] == "1.a-key-left-by-up"
+    assert values["CELERY_BROKER_URL"][0] == f"redis+socket://{tmp_path / 'redis.sock'}"
