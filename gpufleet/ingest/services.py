@@ -20,9 +20,10 @@ from gpufleet.core import bulk
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
 from gpufleet.fleet.xids import apply_acknowledgements
 from gpufleet.ingest.refusals import count_refusals
+from gpufleet.ingest.schema import DeviceIn, Snapshot, parse_snapshot
 from gpufleet.jobs.models import JobStatus
 from gpufleet.jobs.services import report_progress
-from gpufleet.wire import DeviceIn, Snapshot, SnapshotError, parse_snapshot
+from gpufleet.wire import SnapshotError
 
 log = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ from gpufleet import wire
 from gpufleet.core.broker import deleted_key, stream_status
 from gpufleet.fleet import credentials
 from gpufleet.fleet.models import Refusal
+from gpufleet.ingest import schema
 from gpufleet.ingest.admission import Admission
 from gpufleet.ingest.metrics import record_ingest
 from gpufleet.ingest.refusals import count_refusals
@@ -188,7 +189,7 @@ def _store(snapshots: list[_Snapshot], outcomes: list[str], refused: Counter, st
     parsed = [_parsed(s.text) for s in snapshots]
     mine = []
     for snapshot, data in zip(snapshots, parsed, strict=True):
-        named = data.node if isinstance(data, wire.Snapshot) else data.get("node") if isinstance(data, dict) else None
+        named = data.node if isinstance(data, schema.Snapshot) else data.get("node") if isinstance(data, dict) else None
         if named is not None and named != snapshot.node:
             # Signed by one node, about another: the one place a node could speak for another.
             refused[snapshot.node, Refusal.MALFORMED] += 1
@@ -209,10 +210,10 @@ def _store(snapshots: list[_Snapshot], outcomes: list[str], refused: Counter, st
 
 
 def _parsed(text: str):
-    """The snapshot validated (a wire.Snapshot), or where it is invalid the decoded
+    """The snapshot validated (a schema.Snapshot), or where it is invalid the decoded
     object or the text itself: the store rejects those with the reason it gives."""
     try:
-        return wire.parse_snapshot(text)
+        return schema.parse_snapshot(text)
     except wire.SnapshotError:
         pass
     try:

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from gpufleet import gpu, wire
 from gpufleet.claims.services import save_claim
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
+from gpufleet.ingest.schema import parse_snapshot
 from gpufleet.ingest.services import ACCEPTED, REJECTED, ingest_snapshot
-from gpufleet.wire import CDI_DEVICES_MAX, LINE_MAX, SnapshotError, encode_snapshot, fit_snapshot, parse_snapshot
+from gpufleet.wire import CDI_DEVICES_MAX, LINE_MAX, SnapshotError, encode_snapshot, fit_snapshot
 from tests.factories import gpu_uuid, later, snapshot
 from tests.fleet.test_node_page import NODE_PAGE_QUERIES
 

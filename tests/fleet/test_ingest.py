@@ -16,6 +16,7 @@ from gpufleet.claims.services import save_claim
 from gpufleet.core import bulk
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
 from gpufleet.fleet.summary import FleetSummary
+from gpufleet.ingest import schema
 from gpufleet.ingest.services import ACCEPTED, REJECTED, STALE, ingest_snapshot, ingest_snapshots
 from tests.conftest import needs_postgresql
 from tests.factories import later, snapshot
@@ -244,7 +245,7 @@ def test_a_reported_gpu_is_the_dict_pydantic_dumps(extra):
     and the same GPU for the domain."""
     snap = snapshot("alpha", 1)
     snap["devices"][0].update(extra)
-    reported = wire.parse_snapshot(snap).devices[0]
+    reported = schema.parse_snapshot(snap).devices[0]
     assert reported.as_dict() == reported.model_dump()
     assert gpu.Device.from_dict(reported.as_dict()) == gpu.Device.from_dict(snap["devices"][0])
 

@@ -15,6 +15,7 @@ from django.utils import timezone
 from gpufleet import wire
 from gpufleet.fleet import tasks as fleet_tasks
 from gpufleet.fleet.models import Node, Refusal
+from gpufleet.ingest import schema
 from gpufleet.ingest.refusals import count_refusals
 from gpufleet.ingest.services import ACCEPTED, REJECTED, ingest_snapshot
 from tests.factories import later, snapshot
@@ -59,9 +60,9 @@ def test_a_finding_code_only_the_centre_writes_is_refused_from_an_agent_and_coun
     lie = snapshot("alpha", 2, at=later(good))
     lie["findings"].append({"code": code, "name": "Lie", "status": "ok", "message": "all is well", "fix": ""})
     with pytest.raises(wire.CentreOnlyFinding, match=code):
-        wire.parse_snapshot(lie)
+        schema.parse_snapshot(lie)
     with pytest.raises(wire.CentreOnlyFinding):
-        wire.parse_snapshot(wire.encode_snapshot(lie))
+        schema.parse_snapshot(wire.encode_snapshot(lie))
     result = ingest_snapshot(lie)
     assert result.outcome == REJECTED and "only the site writes" in result.reason
     node = Node.objects.get(name="alpha")
