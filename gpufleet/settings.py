@@ -334,7 +334,7 @@ GPUFLEET_INGEST_BLOCK_MS = env_int("GPUFLEET_INGEST_BLOCK_MS", 1000, minimum=1)
 # and a few for jobs); more are refused and counted (gpufleet/ingest/admission.py).
 GPUFLEET_INGEST_CAP_PER_INTERVAL = env_int("GPUFLEET_INGEST_CAP_PER_INTERVAL", 4, minimum=1)
 # What agents send goes to the ingest stream; the central beat's own work goes to
-# "housekeeping", read by the beat's process alone (processes.central_beat), so an hour's
+# "housekeeping", read by the beat's process alone (launch.central_beat), so an hour's
 # prune never delays ingest. Agent tasks are always sent with an explicit queue="node.<name>".
 HOUSEKEEPING_QUEUE = "housekeeping"
 CELERY_TASK_ROUTES = {

@@ -109,3 +109,35 @@ def test_the_agent_never_imports_a_model():
 def test_the_order_test_catches_a_wrong_import():
     assert not _allowed("fleet", "claims") and not _allowed("claims", "jobs") and not _allowed("gpu", "core")
     assert _allowed("claims", "fleet") and _allowed("ingest", "claims") and _allowed("wire", "gpu")
+
+
+# The host's modules and calls that the domain leaves to the agent (gpufleet/agent/adapters.py).
+HOST_MODULES = {"subprocess", "docker", "os", "shutil", "socket", "pathlib", "requests", "urllib3", "signal", "threading"}
+HOST_CALLS = {"open"}
+
+
+def _host_access(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        found += [f"{path.name}:{node.lineno} imports {name}" for name in names if name.split(".")[0] in HOST_MODULES]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in HOST_CALLS:
+            found.append(f"{path.name}:{node.lineno} calls {node.func.id}()")
+    return found
+
+
+def test_the_domain_does_no_io():
+    wrong = [problem for path in sorted((ROOT / "gpu").rglob("*.py")) for problem in _host_access(path)]
+    assert wrong == []
+
+
+def test_the_io_check_catches_a_subprocess_and_a_file(tmp_path):
+    module = tmp_path / "sneaky.py"
+    module.write_text("import subprocess\nfrom os import path\n\ndef f():\n    return open('/proc/1/cgroup').read()\n")
+    assert _host_access(module) == [
+        "sneaky.py:1 imports subprocess", "sneaky.py:2 imports os", "sneaky.py:5 calls open()",
+    ]

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpufleet import gpu, wire
+from gpufleet.agent.adapters import SubprocessRunner
 from gpufleet.core import agent_settings
-from gpufleet.gpu.host import SubprocessRunner
 
 FIX_TIMEOUT_S = 300.0
 

@@ -9,8 +9,14 @@ from __future__ import annotations
 import os
 
 from gpufleet import gpu
+from gpufleet.agent.adapters import (
+    EngineDocker,
+    SubprocessRunner,
+    list_cdi_spec_files,
+    parse_spec_dirs,
+    proc_cgroup_reader,
+)
 from gpufleet.core import agent_settings
-from gpufleet.gpu.host import EngineDocker, SubprocessRunner, list_cdi_spec_files, parse_spec_dirs
 from gpufleet.wire import build_snapshot
 
 # The nvidia-smi fields this host's driver rejected: learnt once per agent process,
@@ -28,7 +34,7 @@ def diagnose_this_host(runner: gpu.Runner | None = None) -> gpu.HostDiagnosis:
         query=SMI_QUERY,
         temperature_warn_c=settings.GPUFLEET_TEMPERATURE_WARN_C,
         xid_window_hours=settings.GPUFLEET_XID_WINDOW_HOURS,
-        proc_root=os.environ.get("GPUFLEET_PROC_ROOT") or "/proc",
+        cgroup_of=proc_cgroup_reader(os.environ.get("GPUFLEET_PROC_ROOT") or "/proc"),
     )
 
 

@@ -1,5 +1,5 @@
 """A Celery worker as a child process, started from a command line of
-gpufleet.core.processes and stopped again. `manage.py bench` measures the real worker
+gpufleet.core.launch and stopped again. `manage.py bench` measures the real worker
 this way and the integration tests fault it (kill it, restart its broker), which an
 in-process worker could not show."""
 

@@ -21,7 +21,7 @@ from gpufleet.fleet import nodes as node_page
 from gpufleet.fleet.filters import NodeFilter, paginate
 from gpufleet.fleet.models import Node
 from gpufleet.fleet.summary import FleetSummary
-from gpufleet.fleet.xids import NothingToAcknowledge, acknowledge_xids
+from gpufleet.fleet.xid_acks import NothingToAcknowledge, acknowledge_xids
 
 # --- Fleet overview -----------------------------------------------------------
 

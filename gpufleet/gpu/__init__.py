@@ -1,6 +1,6 @@
 """The pure GPU domain: detection, diagnosis and the claims ledger. No Django here.
 
-Host access sits behind `Runner` and `DockerFacts` (see host.py), so everything else
+Host access sits behind `Runner` and `DockerFacts` (gpu/interfaces.py), so everything else
 is plain logic that tests drive with fakes.
 """
 
@@ -45,7 +45,7 @@ from gpufleet.gpu.diagnosis import (
     diagnose_host,
     smi_failure_remedy,
 )
-from gpufleet.gpu.host import (
+from gpufleet.gpu.interfaces import (
     CDI_SPEC_SUFFIXES,
     COMMAND_TIMEOUT_S,
     CommandResult,

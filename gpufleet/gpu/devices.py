@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, fields, replace
 
-from gpufleet.gpu.host import COMMAND_TIMEOUT_S, CommandResult, DockerInfo, Runner
+from gpufleet.gpu.interfaces import COMMAND_TIMEOUT_S, CommandResult, DockerInfo, Runner
 from gpufleet.gpu.processes import Container, GpuProcess
 
 

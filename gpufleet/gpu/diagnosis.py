@@ -6,7 +6,7 @@ attach GPUs, each as one Finding with a status and, where there is one, a fix.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -14,7 +14,7 @@ from enum import StrEnum
 from gpufleet.gpu import processes
 from gpufleet.gpu import xid as xids
 from gpufleet.gpu.devices import INSTALL_COMMAND, Device, Info, SmiQuery, command_failure, detect
-from gpufleet.gpu.host import COMMAND_TIMEOUT_S, DockerFacts, DockerInfo, Runner
+from gpufleet.gpu.interfaces import COMMAND_TIMEOUT_S, DockerFacts, DockerInfo, Runner
 from gpufleet.gpu.ledger import Ledger
 
 
@@ -219,12 +219,13 @@ def diagnose_host(
     temperature_warn_c: float = DEFAULT_TEMPERATURE_WARN_C,
     xid_window_hours: float = xids.DEFAULT_XID_WINDOW_HOURS,
     now: datetime | None = None,
-    proc_root: str = "/proc",
+    cgroup_of: Callable[[int], str | None] = lambda pid: None,
 ) -> HostDiagnosis:
     """Inspect this host's GPU stack. `cdi_spec_files` are the NVIDIA spec files the host
-    side found (see gpufleet.gpu.host.list_cdi_spec_files). A VRAM warning level
+    side found (see gpufleet.agent.adapters.list_cdi_spec_files). A VRAM warning level
     outside 0 < v <= 100 is ignored in favour of the default. `query` remembers the
-    nvidia-smi fields this driver rejects (keep one per process)."""
+    nvidia-smi fields this driver rejects (keep one per process). `cgroup_of(pid)` is a
+    process's cgroup text, None when unknown: how a GPU's processes are matched to containers."""
     now = now or datetime.now(UTC)
     docker_info = docker.info()
     info = detect(runner, docker_info, query)
@@ -239,7 +240,7 @@ def diagnose_host(
     else:
         log = xids.read_kernel_log(runner, now)
         per_gpu, unmatched = xids.count_xids(log.events, info.devices, now, xid_window_hours)
-        on_gpu, attached = _processes(runner, docker, proc_root, info)
+        on_gpu, attached = _processes(runner, docker, cgroup_of, info)
         info = replace(
             info,
             devices=tuple(
@@ -275,7 +276,7 @@ def diagnose_host(
     )
 
 
-def _processes(runner: Runner, docker: DockerFacts, proc_root: str, info: Info) -> tuple[dict, dict]:
+def _processes(runner: Runner, docker: DockerFacts, cgroup_of: Callable[[int], str | None], info: Info) -> tuple[dict, dict]:
     """Compute processes per GPU UUID, with their containers, and the containers
     attached to a GPU with no process on it yet; none when nvidia-smi cannot list
     processes (the GPUs themselves were already found)."""
@@ -283,7 +284,7 @@ def _processes(runner: Runner, docker: DockerFacts, proc_root: str, info: Info) 
     if not result.ok:
         return {}, {}
     containers = processes.containers_from_payload(docker.containers())
-    busy = processes.attribute(processes.parse_compute_apps(result.stdout), containers, proc_root)
+    busy = processes.attribute(processes.parse_compute_apps(result.stdout), containers, cgroup_of)
     candidates = processes.idle_candidates(containers, busy)
     if not candidates:
         return busy, {}

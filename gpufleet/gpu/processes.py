@@ -1,8 +1,8 @@
 """Who is on each GPU: the compute processes nvidia-smi lists, and the container
 each one runs in, found from its cgroup.
 
-The proc root is a parameter (GPUFLEET_PROC_ROOT on the agent) so tests give a
-fixture tree; reading it goes through `read_text`, the one file access here.
+A process's cgroup comes from `cgroup_of(pid)`, which the agent reads from /proc
+(gpufleet/agent/adapters.py) and tests answer themselves.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import csv
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 COMPUTE_APPS_ARGV = [
     "nvidia-smi",
@@ -187,24 +186,16 @@ def attached_idle(
     return per_gpu
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return None  # the process ended, or we may not look
-
-
 def attribute(
     processes: list[GpuProcess],
     containers: Mapping[str, Container],
-    proc_root: str = "/proc",
-    read_text: Callable[[Path], str | None] = _read,
+    cgroup_of: Callable[[int], str | None],
 ) -> dict[str, list[GpuProcess]]:
     """Processes per GPU UUID, each with its container when its cgroup names one
     that Docker lists; at most MAX_PROCESSES_PER_GPU per GPU, biggest VRAM first."""
     per_gpu: dict[str, list[GpuProcess]] = {}
     for process in processes:
-        cgroup = read_text(Path(proc_root) / str(process.pid) / "cgroup")
+        cgroup = cgroup_of(process.pid)
         container_id = container_id_of(cgroup) if cgroup else None
         container = containers.get(container_id) if container_id else None
         if container_id and container is None:

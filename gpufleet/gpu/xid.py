@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpufleet.gpu.devices import Device, XidCount, pci_address
-from gpufleet.gpu.host import COMMAND_TIMEOUT_S, CommandResult, Runner
+from gpufleet.gpu.interfaces import COMMAND_TIMEOUT_S, CommandResult, Runner
 
 KERNEL_LOG_ARGV = ["dmesg", "--time-format=iso"]
 DEFAULT_XID_WINDOW_HOURS = 24.0

@@ -18,7 +18,7 @@ from gpufleet import gpu
 from gpufleet.claims.models import Claim
 from gpufleet.core import bulk
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
-from gpufleet.fleet.xids import apply_acknowledgements
+from gpufleet.fleet.xid_acks import apply_acknowledgements
 from gpufleet.ingest.refusals import count_refusals
 from gpufleet.ingest.schema import DeviceIn, Snapshot, parse_snapshot
 from gpufleet.jobs.models import JobStatus

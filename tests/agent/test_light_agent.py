@@ -1,4 +1,4 @@
-"""The agent as a GPU host runs it (processes.agent_worker, the line `manage.py agent` runs)
+"""The agent as a GPU host runs it (launch.agent_worker, the line `manage.py agent` runs)
 loads neither Django's database layer nor the site's settings and apps, so it can open no
 database connection; it still collects and sends under its node's own broker user."""
 
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from gpufleet import wire
-from gpufleet.core import broker_acl, processes
+from gpufleet.core import broker_acl, launch
 from tests.acl_redis import STREAM, running
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ SITE_ONLY = ("django.db", "django.apps", "django.contrib", "gpufleet.settings", 
              "sqlite3")
 
 
-# processes.agent_worker's `python -m celery ...`, which also writes down the modules it
+# launch.agent_worker's `python -m celery ...`, which also writes down the modules it
 # has loaded when it exits (after its collections).
 RUN_AND_LIST_MODULES = """
 import atexit, runpy, sys
@@ -46,7 +46,7 @@ def test_the_agent_collects_and_sends_without_loading_the_site_or_a_database_dri
             # Neither may bring Django in: not Celery's Django fixup, nor a database URL.
             "DJANGO_SETTINGS_MODULE": "gpufleet.settings", "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none",
         }
-        argv, modules, log = processes.agent_worker(NODE, tmp_path), tmp_path / "modules", tmp_path / "agent.log"
+        argv, modules, log = launch.agent_worker(NODE, tmp_path), tmp_path / "modules", tmp_path / "agent.log"
         assert argv[1:3] == ["-m", "celery"]
         with log.open("w") as out:
             agent = subprocess.Popen([argv[0], "-c", RUN_AND_LIST_MODULES, str(modules), *argv[3:]], cwd=REPO,

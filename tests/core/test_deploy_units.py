@@ -1,4 +1,4 @@
-"""The systemd units in gpufleet/deploy/ run the command lines of gpufleet/core/processes.py,
+"""The systemd units in gpufleet/deploy/ run the command lines of gpufleet/core/launch.py,
 and `up`'s Procfile runs the same ones where the two overlap, so neither can drift."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from honcho.environ import parse_procfile
 
-from gpufleet.core import processes
+from gpufleet.core import launch
 
-DEPLOY = Path(processes.__file__).resolve().parents[1] / "deploy"
+DEPLOY = Path(launch.__file__).resolve().parents[1] / "deploy"
 CHECKOUT, VENV_PYTHON = "/opt/gpufleet", "/opt/gpufleet/.venv/bin/python"
 
 
@@ -22,10 +22,10 @@ def _env_file(name: str) -> dict[str, str]:
 
 DATA = Path(_env_file("central.env.example")["GPUFLEET_DATA_DIR"])
 UNITS = {
-    "gpufleet-web.service": processes.web("127.0.0.1:8000", 4),
-    "gpufleet-ingest.service": processes.ingest(),
-    "gpufleet-beat.service": processes.central_beat(DATA),
-    "gpufleet-agent.service": processes.agent(),
+    "gpufleet-web.service": launch.web("127.0.0.1:8000", 4),
+    "gpufleet-ingest.service": launch.ingest(),
+    "gpufleet-beat.service": launch.central_beat(DATA),
+    "gpufleet-agent.service": launch.agent(),
 }
 
 
@@ -39,7 +39,7 @@ def _service(name: str) -> dict[str, str]:
 def _argv(exec_start: str) -> list[str]:
     # "%%" is systemd's escape for a literal "%" (celery's "%h" host name).
     argv = shlex.split(exec_start.replace("%%", "%"))
-    return [processes.PYTHON if arg == VENV_PYTHON else arg for arg in argv]
+    return [launch.PYTHON if arg == VENV_PYTHON else arg for arg in argv]
 
 
 def test_it_has_a_check_for_every_unit():
@@ -57,14 +57,14 @@ def test_it_runs_the_command_line_of_processes_py(unit):
 
 
 def test_it_runs_what_up_runs():
-    procfile = processes.up_procfile("127.0.0.1:8000", 4, DATA, ["demo-1"])
+    procfile = launch.up_procfile("127.0.0.1:8000", 4, DATA, ["demo-1"])
     entries = {name: shlex.split(line) for name, line in parse_procfile(procfile).processes.items()}
     assert entries["web"] == _argv(_service("gpufleet-web.service")["ExecStart"])
     assert entries["agent"] == _argv(_service("gpufleet-agent.service")["ExecStart"])
     assert entries["agent-demo-1"] == ["env", "GPUFLEET_NODE_NAME=demo-1", *entries["agent"]]
     assert entries["housekeeping"] == _argv(_service("gpufleet-beat.service")["ExecStart"])
     # `up` runs one consumer of the ingest stream; the site as many as it likes.
-    assert entries["ingest"] == _argv(_service("gpufleet-ingest.service")["ExecStart"]) == processes.ingest()
+    assert entries["ingest"] == _argv(_service("gpufleet-ingest.service")["ExecStart"]) == launch.ingest()
 
 
 def test_it_keeps_agent_and_central_on_the_same_data_dir():

@@ -19,7 +19,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from honcho.environ import parse_procfile
 
-from gpufleet.core import processes
+from gpufleet.core import launch
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -124,7 +124,7 @@ def test_it_gives_up_on_a_crash_loop_and_stops_the_others(tmp_path):
 
 
 def test_it_writes_a_procfile_with_one_entry_per_agent():
-    text = processes.up_procfile("127.0.0.1:9000", 3, Path("/data"), ["demo-1", "demo-2"])
+    text = launch.up_procfile("127.0.0.1:9000", 3, Path("/data"), ["demo-1", "demo-2"])
     entries = parse_procfile(text).processes
     assert list(entries) == ["web", "ingest", "housekeeping", "agent", "agent-demo-1", "agent-demo-2"]
     assert entries["agent-demo-2"].startswith("env GPUFLEET_NODE_NAME=demo-2 ")
@@ -139,8 +139,8 @@ def test_it_refuses_an_agent_name_that_is_no_queue_name(name):
 
 
 def test_it_puts_the_private_redis_first_without_tcp_append_only_and_with_its_aclfile(tmp_path):
-    redis = processes.redis_server("/usr/bin/redis-server", tmp_path / "redis.sock", tmp_path / "users.acl")
-    entries = parse_procfile(processes.up_procfile("127.0.0.1:9000", 2, tmp_path, redis=redis)).processes
+    redis = launch.redis_server("/usr/bin/redis-server", tmp_path / "redis.sock", tmp_path / "users.acl")
+    entries = parse_procfile(launch.up_procfile("127.0.0.1:9000", 2, tmp_path, redis=redis)).processes
     assert list(entries)[:2] == ["redis", "web"]
     assert f"--port 0 --unixsocket {tmp_path}/redis.sock --unixsocketperm 700 --save '' --appendonly yes" \
         " --appendfsync everysec" in entries["redis"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from gpufleet.core import processes
+from gpufleet.core import launch
 from gpufleet.fleet import history, tasks
 from gpufleet.fleet.models import DeviceSample, DeviceSample5m, Node
 from gpufleet.ingest.services import ingest_snapshot
@@ -61,8 +61,8 @@ def test_the_beats_work_goes_to_the_housekeeping_queue_never_to_an_ingest_consum
     for entry in settings.CELERY_BEAT_SCHEDULE.values():
         assert queue(entry["task"]) == "housekeeping", entry["task"]
     # Only the beat's own process reads it: the ingest consumer reads only the stream.
-    assert "housekeeping" not in processes.ingest()
-    assert processes.central_beat(Path("/d"))[processes.central_beat(Path("/d")).index("-Q") + 1] == "housekeeping"
+    assert "housekeeping" not in launch.ingest()
+    assert launch.central_beat(Path("/d"))[launch.central_beat(Path("/d")).index("-Q") + 1] == "housekeeping"
 
 
 def test_the_central_beat_runs_the_history_housekeeping():

@@ -6,7 +6,7 @@ import pytest
 
 from gpufleet.audit.models import AuditEntry
 from gpufleet.fleet.models import Node
-from gpufleet.fleet.xids import NothingToAcknowledge, acknowledge_xids
+from gpufleet.fleet.xid_acks import NothingToAcknowledge, acknowledge_xids
 from gpufleet.gpu import newer_xids
 from gpufleet.ingest.services import ACCEPTED, ingest_snapshot
 from tests.factories import later, snapshot

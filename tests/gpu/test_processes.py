@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.agent.adapters import proc_cgroup_reader
 from gpufleet.gpu.processes import (
     MAX_INSPECTED,
     MAX_PROCESSES_PER_GPU,
@@ -65,7 +66,7 @@ def test_it_attributes_each_process_to_its_gpu_and_container(tmp_path: Path):
     (tmp_path / "6001" / "cgroup").write_text("0::/system.slice/gdm.service\n")
     # 5120 has ended meanwhile: no /proc entry.
     containers = {CID: Container(CID, "trainer", "pytorch/pytorch:2.5.1-cuda12.4")}
-    per_gpu = attribute(parse_compute_apps(COMPUTE_APPS), containers, proc_root=str(tmp_path))
+    per_gpu = attribute(parse_compute_apps(COMPUTE_APPS), containers, proc_cgroup_reader(str(tmp_path)))
     first = per_gpu["GPU-6b3c0a1e-4f1d-9c2b-8e7a-1d2c3b4a5f60"]
     assert [p.to_dict() for p in first] == [
         {"pid": 4412, "name": "python3", "used_mib": 30211,
@@ -77,7 +78,7 @@ def test_it_attributes_each_process_to_its_gpu_and_container(tmp_path: Path):
 
 def test_it_bounds_the_processes_per_gpu_biggest_first():
     many = [GpuProcess("GPU-a", pid, f"p{pid}", pid) for pid in range(1, 200)]
-    kept = attribute(many, {}, read_text=lambda path: None)["GPU-a"]
+    kept = attribute(many, {}, lambda pid: None)["GPU-a"]
     assert len(kept) == MAX_PROCESSES_PER_GPU and kept[0].pid == 199
 
 

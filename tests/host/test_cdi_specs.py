@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from gpufleet.gpu.host import list_cdi_spec_files, parse_spec_dirs
+from gpufleet.agent.adapters import list_cdi_spec_files, parse_spec_dirs
 
 NV = "cdiVersion: 0.7.0\nkind: nvidia.com/gpu\ndevices: []\n"
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from gpufleet.gpu.host import (
+from gpufleet.agent.adapters import (
     DEFAULT_DOCKER_HOST,
     DockerInfo,
     EngineDocker,

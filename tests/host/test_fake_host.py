@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from gpufleet.gpu.host import EngineDocker, SubprocessRunner
+from gpufleet.agent.adapters import EngineDocker, SubprocessRunner
 
 
 def test_defaults(fake_host):

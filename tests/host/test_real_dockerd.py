@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpufleet.gpu.host import EngineDocker
+from gpufleet.agent.adapters import EngineDocker
 
 
 def test_real_dockerd_lists_nvidia_runtime_without_cdi_devices(real_dockerd):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.gpu.host import OUTPUT_LIMIT, CommandResult, SubprocessRunner
+from gpufleet.agent.adapters import OUTPUT_LIMIT, CommandResult, SubprocessRunner
 from tests.fakes.recorded import BIN_DIR, data_path
 
 QUERY = [
@@ -151,7 +151,7 @@ def test_timeout_message_uses_the_timeout_given(fake_host):
 def test_default_timeout_is_ten_seconds():
     import inspect
 
-    from gpufleet.gpu import host
+    from gpufleet.agent import adapters as host
 
     assert host.COMMAND_TIMEOUT_S == 10.0
     assert inspect.signature(SubprocessRunner.run).parameters["timeout"].default == 10.0

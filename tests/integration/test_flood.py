@@ -23,7 +23,7 @@ import redis
 from django.utils import timezone
 
 from gpufleet import wire
-from gpufleet.core import broker, broker_acl, processes
+from gpufleet.core import broker, broker_acl, launch
 from gpufleet.fleet import broker_users, credentials
 from gpufleet.fleet.models import DeviceSample, Health, Node, Refusal
 from gpufleet.ingest import stream
@@ -41,7 +41,7 @@ BOMBS = 50
 
 
 class UpRedis:
-    """redis-server as `up` starts it (processes.redis_server), in a folder of its own."""
+    """redis-server as `up` starts it (launch.redis_server), in a folder of its own."""
 
     def __init__(self) -> None:
         binary = shutil.which("redis-server")
@@ -54,7 +54,7 @@ class UpRedis:
         self.password = secrets.token_urlsafe(16)
         line = broker_acl.aclfile_line(broker_acl.CENTRE_USER, self.password, broker_acl.centre_rules())
         broker_acl.write_aclfile(aclfile, [line], [broker_acl.CENTRE_USER])
-        self.proc = subprocess.Popen(processes.redis_server(binary, self.socket, aclfile),
+        self.proc = subprocess.Popen(launch.redis_server(binary, self.socket, aclfile),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         self.url = f"redis+socket://{broker_acl.CENTRE_USER}:{self.password}@{self.socket}"
         deadline = time.monotonic() + 10

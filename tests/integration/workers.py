@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.db import connection
 
-from gpufleet.core import processes
+from gpufleet.core import launch
 from gpufleet.core.workers import REPO, WorkerDidNotStart, WorkerProcess, database_url, running_worker
 
 __all__ = ["REPO", "agent_key_env", "celery_worker", "database_url_for_workers", "ingest_consumer", "send_snapshot",
@@ -39,9 +39,9 @@ def celery_worker(name: str, queues: str, env: dict[str, str], beat_file: Path |
 
 @contextlib.contextmanager
 def ingest_consumer(env: dict[str, str], name: str = "ingest") -> Iterator[WorkerProcess]:
-    """`manage.py ingest` (processes.ingest), until it says it is ready; stopped on leaving."""
+    """`manage.py ingest` (launch.ingest), until it says it is ready; stopped on leaving."""
     try:
-        with running_worker(processes.ingest(), env, name) as consumer:
+        with running_worker(launch.ingest(), env, name) as consumer:
             yield consumer
     except WorkerDidNotStart as exc:
         raise AssertionError(str(exc)) from None

@@ -58,9 +58,9 @@ def test_diagnose_now_lands_in_the_queue_only_that_nodes_user_may_read(centre_br
 def test_an_agent_uses_its_nodes_key_prefix_and_no_heartbeat(tmp_path):
     env = {**os.environ, "GPUFLEET_DATA_DIR": str(tmp_path), "PYTHONPATH": str(REPO), "GPUFLEET_ROLE": "agent",
            "GPUFLEET_NODE_NAME": "gpu-017"}
-    code = ("from gpufleet import settings; from gpufleet.core import processes;"
+    code = ("from gpufleet import settings; from gpufleet.core import launch;"
             "print(settings.CELERY_BROKER_TRANSPORT_OPTIONS['global_keyprefix']);"
-            "print(' '.join(processes.agent_worker('gpu-017', settings.DATA_DIR)))")
+            "print(' '.join(launch.agent_worker('gpu-017', settings.DATA_DIR)))")
     prefix, line = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                   check=True).stdout.splitlines()
     assert prefix == "gpufleet:node:gpu-017:"

@@ -3,7 +3,7 @@ import os
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from gpufleet.core import broker_acl, processes
+from gpufleet.core import broker_acl, launch
 from gpufleet.env import read_private_text
 
 
@@ -12,7 +12,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
-        argv = processes.agent_worker(settings.GPUFLEET_NODE_NAME, settings.DATA_DIR)
+        argv = launch.agent_worker(settings.GPUFLEET_NODE_NAME, settings.DATA_DIR)
         env = {**os.environ, "GPUFLEET_ROLE": "agent"}
         # The agent's app loads no Django (gpufleet/agent/app.py), and no Celery fixup should either.
         env.pop("DJANGO_SETTINGS_MODULE", None)

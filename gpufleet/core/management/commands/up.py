@@ -3,7 +3,7 @@ and an agent for this host, all sharing the settings' database and broker (by
 default SQLite and a private Redis that `up` starts and stops, so no server needs
 setting up).
 
-The processes are the entries of a Procfile written from gpufleet/core/processes.py
+The processes are the entries of a Procfile written from gpufleet/core/launch.py
 into the data dir on every start; what ran is always in $GPUFLEET_DATA_DIR/Procfile."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from honcho.environ import parse_procfile
 from honcho.printer import Message, Printer
 from honcho.process import Popen
 
-from gpufleet.core import broker_acl, processes
+from gpufleet.core import broker_acl, launch
 from gpufleet.env import read_private_text, write_private_text
 
 # Seconds to wait before each restart of a child that keeps crashing. One more quick
@@ -86,7 +86,7 @@ class Command(BaseCommand):
 
         broker, redis = self._broker([node, *agents])
         procfile = data / "Procfile"
-        procfile.write_text(processes.up_procfile(bind, web_workers, data, dict.fromkeys(agents), redis))
+        procfile.write_text(launch.up_procfile(bind, web_workers, data, dict.fromkeys(agents), redis))
         self.stdout.write(
             f"gpufleet: http://{bind}/  (database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}, "
             f"broker {'private redis' if redis else broker.split('://')[0]}, node {node}, "
@@ -151,7 +151,7 @@ class Command(BaseCommand):
             write_private_text(broker_acl.agent_url_file(data, name), url_of_agent)
         users = [broker_acl.CENTRE_USER, *map(broker_acl.node_user, agents)]
         broker_acl.write_aclfile(settings.PRIVATE_REDIS_ACLFILE, lines, users)
-        return url, processes.redis_server(binary, path, settings.PRIVATE_REDIS_ACLFILE)
+        return url, launch.redis_server(binary, path, settings.PRIVATE_REDIS_ACLFILE)
 
     def _ensure_admin(self) -> None:
         """Create the first admin once and print its login; never again."""

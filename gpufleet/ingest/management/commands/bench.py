@@ -2,7 +2,7 @@
 measured in the same run, in a throwaway test database (never the configured one):
 
 - ingest through the real path (snapshots appended to the Redis ingest stream and
-  stored by real `manage.py ingest` consumers, as processes.ingest starts them, from
+  stored by real `manage.py ingest` consumers, as launch.ingest starts them, from
   the backlog they wait in) with one consumer and with SERVICE_CONSUMERS sharing the
   group, and with one consumer again for a busy fleet
   (every GPU's figures, and so its findings, new in each snapshot, where the
@@ -13,7 +13,7 @@ measured in the same run, in a throwaway test database (never the configured one
 - the pages, the node page with 24 h of history, and /metrics, beside Django's own
   admin changelist of the same nodes;
 - the fleet report CSV beside PostgreSQL's own COPY ... TO STDOUT WITH CSV of the same rows;
-- the agent as a GPU host runs it (processes.agent_worker, against a redis-server of the
+- the agent as a GPU host runs it (launch.agent_worker, against a redis-server of the
   bench's own, collecting every second with this host's commands): the resident memory of
   its process tree (the commands it runs included) and its CPU per collection, beside the
   CPU of the bare commands of a collection run alone.
@@ -45,7 +45,7 @@ from django.test.utils import CaptureQueriesContext, setup_test_environment
 
 from gpufleet import gpu, wire
 from gpufleet.agent.host import diagnose_this_host
-from gpufleet.core import broker, footprint, processes
+from gpufleet.core import broker, footprint, launch
 from gpufleet.core.workers import WorkerDidNotStart, database_url, running_worker
 from gpufleet.fleet import credentials
 from gpufleet.fleet.benchmarks import add_history
@@ -278,7 +278,7 @@ class Command(BaseCommand):
             with contextlib.ExitStack() as stack:
                 # All of them ready before the first entry: one started first would otherwise
                 # store much of the backlog while the next one still starts.
-                started = [stack.enter_context(running_worker(processes.ingest(), env, f"ingest-{i}"))
+                started = [stack.enter_context(running_worker(launch.ingest(), env, f"ingest-{i}"))
                            for i in range(consumers)]
                 began = time.perf_counter()
                 with client.pipeline(transaction=False) as pipe:
@@ -619,7 +619,7 @@ def _run_agent(server: str, folder: Path) -> tuple[int, float]:
                "GPUFLEET_NODE_NAME": node, "GPUFLEET_AGENT_KEY": str(wire.NodeKey(1, os.urandom(32))),
                "GPUFLEET_COLLECT_INTERVAL": "1", "GPUFLEET_INGEST_STREAM": stream}
         env.pop("DATABASE_URL", None)
-        agent = subprocess.Popen(processes.agent_worker(node, folder), env=env, stdout=subprocess.DEVNULL,
+        agent = subprocess.Popen(launch.agent_worker(node, folder), env=env, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
 
         def collections() -> int:

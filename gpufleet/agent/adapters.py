@@ -1,7 +1,5 @@
-"""The host behind narrow interfaces: commands, the Docker Engine API, CDI spec files.
-
-Diagnosis code only sees `Runner` and `DockerFacts`; tests swap in their own.
-"""
+"""The host adapters: the domain's `Runner` and `DockerFacts` (gpufleet/gpu/interfaces.py)
+on the real host, with subprocesses, the Docker SDK and the CDI spec folders."""
 
 from __future__ import annotations
 
@@ -14,62 +12,17 @@ import stat
 import subprocess
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
 
-COMMAND_TIMEOUT_S = 10.0
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What one host command did. `error` is set when it never produced an exit code
-    (binary missing, not executable, timed out); `exit_code` is None then."""
-
-    argv: tuple[str, ...]
-    exit_code: int | None
-    stdout: str = ""
-    stderr: str = ""
-    error: str = ""
-    # The command printed more than OUTPUT_LIMIT on a stream; the rest was thrown away.
-    truncated: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return not self.error and self.exit_code == 0
-
-
-class Runner(Protocol):
-    def run(
-        self, argv: Sequence[str], timeout: float = COMMAND_TIMEOUT_S
-    ) -> CommandResult: ...
-
-
-@dataclass(frozen=True)
-class DockerInfo:
-    """The facts of one `GET /info`. `error` says why Docker could not be asked; `url`
-    is the address that was asked (DOCKER_HOST's value), so a remedy can name it."""
-
-    runtimes: tuple[str, ...] = ()
-    cdi_devices: tuple[str, ...] = ()
-    error: str = ""
-    url: str = ""
-
-
-class DockerFacts(Protocol):
-    def info(self) -> DockerInfo: ...
-
-    def containers(self) -> object:
-        """The running containers as `GET /containers/json` answers; [] when Docker
-        cannot be asked (info() already says why)."""
-        ...
-
-    def inspect(self, container_ids: Sequence[str]) -> dict[str, object]:
-        """`GET /containers/<id>/json` for each ID, by ID; one that cannot be asked
-        (gone meanwhile, Docker unreachable) is left out."""
-        ...
-
-
-# --- Real implementations -----------------------------------------------------------------
+from gpufleet.gpu.interfaces import (
+    COMMAND_TIMEOUT_S,
+    DEFAULT_CDI_SPEC_DIRS,
+    DEFAULT_DOCKER_HOST,
+    CommandResult,
+    DockerInfo,
+    cdi_spec_mentions_gpu,
+    docker_info_from_payload,
+    is_cdi_spec_name,
+)
 
 _REASON_MAX = 200
 
@@ -199,36 +152,6 @@ class SubprocessRunner:
             reader.join(timeout=2.0)
 
 
-DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
-NVIDIA_CDI_PREFIX = "nvidia.com/gpu="
-
-
-def docker_info_from_payload(payload: object) -> DockerInfo:
-    """Runtimes and NVIDIA CDI devices from a decoded Engine API `/info` body."""
-    if not isinstance(payload, dict):
-        raise TypeError(f"/info answered {type(payload).__name__}, not an object")
-    runtimes = payload.get("Runtimes") or {}
-    if not isinstance(runtimes, dict):
-        raise TypeError("/info key Runtimes is not an object")
-    devices = payload.get("DiscoveredDevices") or []
-    if not isinstance(devices, list):
-        raise TypeError("/info key DiscoveredDevices is not a list")
-    cdi: list[str] = []
-    for entry in devices:
-        if not isinstance(entry, dict):
-            continue
-        source, ident = entry.get("Source"), entry.get("ID")
-        if (
-            isinstance(source, str)
-            and source.lower() == "cdi"
-            and isinstance(ident, str)
-            and ident.startswith(NVIDIA_CDI_PREFIX)
-            and ident not in cdi
-        ):
-            cdi.append(ident)
-    return DockerInfo(runtimes=tuple(str(k) for k in runtimes), cdi_devices=tuple(cdi))
-
-
 def _root_causes(exc: BaseException) -> Iterator[BaseException]:
     """Walk an exception, its causes and exception arguments (urllib3 nests them there)."""
     seen: set[int] = set()
@@ -352,9 +275,6 @@ class EngineDocker:
         return found
 
 
-DEFAULT_CDI_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
-CDI_SPEC_SUFFIXES: tuple[str, ...] = (".yaml", ".yml", ".json")
-CDI_SPEC_MARKER = "nvidia.com/gpu"
 CDI_SPEC_READ_LIMIT = 1024 * 1024
 
 
@@ -369,16 +289,6 @@ def parse_spec_dirs(value: str | None) -> list[str]:
         if d not in unique:
             unique.append(d)
     return unique
-
-
-def is_cdi_spec_name(name: str) -> bool:
-    """Whether a file in a CDI spec dir is one Docker would load as a spec."""
-    return name.endswith(CDI_SPEC_SUFFIXES)
-
-
-def cdi_spec_mentions_gpu(text: str) -> bool:
-    """Whether a CDI spec's content is about NVIDIA GPUs (kind nvidia.com/gpu)."""
-    return CDI_SPEC_MARKER in text
 
 
 def _mentions_nvidia(path: str) -> bool:
@@ -417,3 +327,17 @@ def list_cdi_spec_files(dirs: Sequence[str]) -> list[str]:
             seen.add(key)
             found.append(path)
     return found
+
+
+def proc_cgroup_reader(proc_root: str = "/proc"):
+    """`cgroup_of(pid)` for the domain: the text of <proc_root>/<pid>/cgroup, None when the
+    process has ended or may not be looked at."""
+
+    def cgroup_of(pid: int) -> str | None:
+        try:
+            with open(os.path.join(proc_root, str(pid), "cgroup"), encoding="utf-8", errors="replace") as fh:
+                return fh.read()
+        except OSError:
+            return None
+
+    return cgroup_of
