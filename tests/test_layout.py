@@ -9,6 +9,9 @@ code points downwards (or within its own package). Lower layers first:
                              the apps: a claim and a job are on a node, and every app
                              may write audit rows; claims and jobs never import each other
     ingest, api              the top: may use every app
+    tools                    the bench, the simulated fleet and their helpers: may use
+                             everything, and nothing imports them but manage.py's
+                             `bench` and `simulate` (TOOL_COMMANDS)
 
 The project modules (settings, urls, wsgi, asgi) sit above everything."""
 
@@ -36,11 +39,16 @@ LAYERS = {
     "jobs": (4, 2),
     "ingest": (5, 0),
     "api": (5, 0),
+    "tools": (6, 0),
     "settings": (9, 0),
     "urls": (9, 0),
     "wsgi": (9, 0),
     "asgi": (9, 0),
 }
+
+
+# The thin commands over gpufleet/tools: the only modules outside it that may import it.
+TOOL_COMMANDS = {"ingest/management/commands/bench.py", "ingest/management/commands/simulate.py"}
 
 
 def _package(module: str) -> str | None:
@@ -91,6 +99,18 @@ def test_imports_run_downwards(package, path):
         f"{path.relative_to(ROOT.parent)}:{line} imports {module}"
         for line, module in _imports(path)
         if (target := _package(module)) is not None and not _allowed(package, target)
+        and not (target == "tools" and str(path.relative_to(ROOT)) in TOOL_COMMANDS)
+    ]
+    assert wrong == []
+
+
+def test_nothing_but_the_tool_commands_imports_the_tools():
+    wrong = [
+        f"{path.relative_to(ROOT.parent)}:{line} imports {module}"
+        for package, path in _modules()
+        if package != "tools" and str(path.relative_to(ROOT)) not in TOOL_COMMANDS
+        for line, module in _imports(path)
+        if _package(module) == "tools"
     ]
     assert wrong == []
 

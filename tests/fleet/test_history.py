@@ -12,9 +12,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from gpufleet.fleet import charts, history
-from gpufleet.fleet.benchmarks import add_history
 from gpufleet.fleet.charts import HEIGHT, HOVER_COLUMNS, PAD, Sample, gpu_chart
 from gpufleet.fleet.models import Device, DeviceSample, DeviceSample5m
+from gpufleet.tools.backfill import add_history
 from tests.factories import ingest
 
 END = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

@@ -141,7 +141,7 @@ def test_its_cost_does_not_grow_with_the_history_stored(admin_role_client):
     every range (one history query from raw samples, two from rollups), and each
     chart gets at most a point per column (and the tail's) whatever is stored."""
     from gpufleet.fleet import charts, history
-    from gpufleet.fleet.benchmarks import add_history
+    from gpufleet.tools.backfill import add_history
 
     now = timezone.now()
     little, much = ingest("little", 2), ingest("much", 2)

@@ -259,7 +259,7 @@ def test_the_bench_s_copy_floor_exports_the_same_rows_as_the_fleet_csv(viewer_cl
     """The fleet CSV's floor in `manage.py bench` is only a fair peer if it writes what the CSV writes."""
     from django.db import connection
 
-    from gpufleet.ingest.management.commands.bench import REPORT_CSV_COPY
+    from gpufleet.tools.bench import REPORT_CSV_COPY
     from tests.conftest import missing_service
 
     if connection.vendor != "postgresql":

@@ -12,8 +12,8 @@ from django.core.management import CommandError, call_command
 
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node, NodeCredential
-from gpufleet.ingest import simulation
 from gpufleet.ingest.services import ingest_snapshot
+from gpufleet.tools import simulation
 from tests.factories import ingest
 from tests.integration.conftest import own_redis  # noqa: F401  (a redis-server of the test's own)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from django.db import connection
 
 from gpufleet.core import launch
-from gpufleet.core.workers import REPO, WorkerDidNotStart, WorkerProcess, database_url, running_worker
+from gpufleet.tools.workers import REPO, WorkerDidNotStart, WorkerProcess, database_url, running_worker
 
 __all__ = ["REPO", "agent_key_env", "celery_worker", "database_url_for_workers", "ingest_consumer", "send_snapshot",
            "wait_for"]

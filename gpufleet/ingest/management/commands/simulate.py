@@ -15,7 +15,7 @@ from gpufleet import wire
 from gpufleet.core import broker
 from gpufleet.fleet import credentials
 from gpufleet.fleet.models import Node
-from gpufleet.ingest import simulation
+from gpufleet.tools import simulation
 
 
 class Command(BaseCommand):

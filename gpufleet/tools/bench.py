@@ -1,0 +1,861 @@
+"""Measure the figures of the fleet-scale targets, each beside a peer or a floor
+measured in the same run, in a throwaway test database (never the configured one):
+
+- ingest through the real path (snapshots appended to the Redis ingest stream and
+  stored by real `manage.py ingest` consumers, as launch.ingest starts them, from
+  the backlog they wait in) with one consumer and with SERVICE_CONSUMERS sharing the
+  group, and with one consumer again for a busy fleet
+  (every GPU's figures, and so its findings, new in each snapshot, where the
+  others repeat the last snapshot's), in-process one at a time and in batches, beside the
+  floor: the same rows written by raw psycopg with COPY and set-based
+  INSERT ... ON CONFLICT (PostgreSQL only); and from the service's rate, how many
+  nodes one central host keeps up with at the collect interval;
+- the pages, the node page with 24 h of history, and /metrics, beside Django's own
+  admin changelist of the same nodes;
+- the fleet report CSV beside PostgreSQL's own COPY ... TO STDOUT WITH CSV of the same rows;
+- the agent as a GPU host runs it (launch.agent_worker, against a redis-server of the
+  bench's own, collecting every second with this host's commands): the resident memory of
+  its process tree (the commands it runs included) and its CPU per collection, beside the
+  CPU of the bare commands of a collection run alone.
+
+`--json` prints one JSON object (figures named with their unit, null where one was
+skipped, with the reason under "skipped"); otherwise a table. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext, setup_test_environment
+
+from gpufleet import gpu, wire
+from gpufleet.agent.host import diagnose_this_host
+from gpufleet.core import broker, launch
+from gpufleet.fleet import credentials
+from gpufleet.fleet.models import Device, Finding, Node
+from gpufleet.ingest.services import ingest_snapshot, ingest_snapshots
+from gpufleet.tools import footprint, simulation
+from gpufleet.tools.backfill import add_history
+from gpufleet.tools.workers import WorkerDidNotStart, database_url, running_worker
+
+PREFIX = "bench-"
+BATCH = 100  # snapshots per ingest_snapshots call and per floor transaction
+# Snapshots of each node the real path stores: enough entries that the consumers run
+# for seconds, not for the few batches of one round.
+REAL_PATH_ROUNDS = 4
+# The real-path ingest uses a Redis database of its own on the configured server, so
+# the bench's consumers never take the site's snapshots, nor the site's consumers the bench's.
+BENCH_REDIS_DB = 15
+# The consumers sharing the group in the second real-path figure (one a core of the
+# 2-core host the figures were first taken on).
+SERVICE_CONSUMERS = 2
+WORKER_START_S = 60
+# Collections the agent's figures are taken over, after its first one (imports, a first
+# look at the host) is done.
+AGENT_CYCLES = 5
+AGENT_FIGURES = ("agent_rss_mib", "agent_cpu_per_cycle_s", "bare_commands_cpu_per_cycle_s",
+                 "ratio_agent_cpu_to_bare_commands")
+# A peer the bench always measures: Django's admin changelist of the same nodes.
+ADMIN = "admin_changelist"
+# (key, label, url, headers); "{node}" is a node without history, "{history}" the one with 24 h.
+PAGES = [
+    ("overview", "fleet overview", "/", {}),
+    ("node_table_fragment", "node table fragment", "/?page=2", {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "node-table"}),
+    ("node_page", "node page (8 GPUs, little history)", "/nodes/{node}/", {}),
+    ("node_page_24h", "node page, 24 h of history", "/nodes/{history}/?range=24h", {}),
+    ("claims_list", "claims list", "/claims/", {}),
+    ("report_csv", "fleet report CSV", "/report.csv", {}),
+    ("report_json", "fleet report JSON", "/report.json", {}),
+    ("api_nodes", "API node list", "/api/nodes/", {}),
+    (ADMIN, "admin node changelist (peer)", "/admin/fleet/node/", {}),
+]
+def _snapshot(node: str, gpus: int, at: datetime, tick: int = 0) -> dict:
+    """A healthy node of `gpus` H200s as an agent reports it (see gpufleet.tools.simulation),
+    so the bench measures gpufleet, not subprocesses; `tick` varies its figures."""
+    model = simulation.GpuModel("NVIDIA H200", 143771, gpus, 700)
+    return simulation.snapshot(simulation.SimulatedNode(node, model, "", seed=len(node)), at, tick)
+
+
+def _at(snapshots: list[dict], at: datetime) -> list[dict]:
+    return [dict(s, collected_at=at.isoformat()) for s in snapshots]
+
+
+def _timed(rounds: list[list[dict]], at: datetime) -> list[list[dict]]:
+    """Each round's snapshots taken a second after the last round's, the first at `at`."""
+    return [_at(each, at + timedelta(seconds=r)) for r, each in enumerate(rounds)]
+
+
+def _busy_rounds(snapshots: list[dict]) -> list[list[dict]]:
+    """REAL_PATH_ROUNDS of `snapshots` as a busy fleet reports them: every GPU's figures
+    new in each round, and so its memory finding ("… GiB in use (…%)"), which ingest
+    then writes again; each round's snapshots are re-timed by `_at`."""
+    gpus = len(snapshots[0]["devices"])
+    return [[_snapshot(s["node"], gpus, datetime.fromisoformat(s["collected_at"]), tick=r + 1) for s in snapshots]
+            for r in range(REAL_PATH_ROUNDS)]
+
+
+def _ratio(a, b):
+    return round(a / b, 3) if a is not None and b else None
+
+
+def _rounded(rate):
+    return None if rate is None else round(rate, 1)
+
+
+def _median(rates: list):
+    return None if not rates or None in rates else round(statistics.median(rates), 1)
+
+
+def _mean(a, b):
+    return None if a is None or b is None else (a + b) / 2
+
+
+class Bench:
+    """One run of the bench: figures to `stdout` (a table, or JSON `as_json`), progress to `stderr`
+    (each has `write(text)`, as a management command's output wrappers do)."""
+
+    def __init__(self, stdout, stderr):
+        self.stdout, self.stderr = stdout, stderr
+
+    def run(self, *, nodes: int, ingest: int, gpus: int, repeat: int, as_json: bool) -> None:
+        setup_test_environment()
+        settings.ALLOWED_HOSTS = ["testserver"]
+        nodes, repeat = max(1, nodes), max(1, repeat)
+        ingest = max(1, min(ingest, nodes))
+        self.figures: dict = {"nodes": nodes, "gpus_per_node": gpus, "engine": connection.vendor,
+                              "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                              "ingest_sample": ingest, "repeat": repeat}
+        self.skipped: dict[str, str] = {}
+        old_name = connection.settings_dict["NAME"]
+        # A database of this run's own, so a bench never clobbers a test run's or another bench's.
+        bench_name = f"gpufleet_bench_{os.getpid()}"
+        if connection.vendor == "sqlite":
+            bench_name = str(settings.DATA_DIR / f"{bench_name}.sqlite3")
+        connection.settings_dict["TEST"]["NAME"] = bench_name
+        self._say(f"creating the throwaway database {bench_name} ...")
+        connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+        try:
+            self._statements_per_snapshot()
+            names = [f"{PREFIX}{n:05d}" for n in range(nodes)]
+            base = datetime.now(UTC) - timedelta(minutes=30)
+            snapshots = [_snapshot(name, gpus, base) for name in names[:ingest]]
+            self._ingest_in_process(snapshots, base)
+            self._ingest_beside_the_floor(snapshots, base + timedelta(seconds=70), repeat)
+            self._fleet_one_host_keeps_up_with()
+            self._grow_fleet(names, ingest)
+            self._say(f"writing 24 h of history for {names[0]} ...")
+            add_history(list(Node.objects.get(name=names[0]).current_devices()), datetime.now(UTC), hours=24)
+            if connection.vendor == "postgresql":
+                # Planner statistics, as autovacuum keeps them on a running site: without
+                # them the bulk-made tables are planned as empty ones.
+                with connection.cursor() as cursor:
+                    cursor.execute("ANALYZE")
+            client = self._client()
+            self._pages(client, repeat, node=names[min(7, nodes - 1)], history=names[0])
+            self._metrics(client, repeat)
+            self._report_csv_floor(repeat)
+            self._agent_footprint()
+        finally:
+            connection.creation.destroy_test_db(old_name, verbosity=0)
+        self.figures["skipped"] = self.skipped
+        self.figures["targets"] = self._targets()
+        if as_json:
+            self.stdout.write(json.dumps(self.figures, indent=2))
+        else:
+            self._table()
+
+    def _say(self, text: str) -> None:
+        self.stderr.write(text)
+
+    def _skip(self, key: str, reason: str) -> None:
+        self.figures[key] = None
+        self.skipped[key] = reason
+        self._say(f"{key} skipped: {reason}")
+
+    # --- Ingest ------------------------------------------------------------------
+
+    def _statements_per_snapshot(self) -> None:
+        t0 = datetime.now(UTC) - timedelta(hours=1)
+        counts = {}
+        for gpus in (1, 8, wire.GPUS_PER_NODE_MAX):
+            name = f"stmt-{gpus}"
+            ingest_snapshot(_snapshot(name, gpus, t0))
+            with CaptureQueriesContext(connection) as ctx:
+                ingest_snapshot(_snapshot(name, gpus, t0 + timedelta(seconds=1)))
+            counts[str(gpus)] = len(ctx)
+        Node.objects.filter(name__startswith="stmt-").delete()
+        self.figures["sql_statements_per_snapshot"] = counts
+
+    def _ingest_in_process(self, snapshots: list[dict], base: datetime) -> None:
+        n = len(snapshots)
+        self._say(f"ingesting {n} snapshots in process ...")
+        began = time.perf_counter()
+        for snap in snapshots:
+            ingest_snapshot(snap)
+        self.figures["ingest_new_node_per_s"] = round(n / (time.perf_counter() - began), 1)
+        began = time.perf_counter()
+        for snap in _at(snapshots, base + timedelta(seconds=30)):
+            ingest_snapshot(snap)
+        self.figures["ingest_one_per_s"] = round(n / (time.perf_counter() - began), 1)
+        batched = _at(snapshots, base + timedelta(seconds=60))
+        began = time.perf_counter()
+        for i in range(0, n, BATCH):
+            ingest_snapshots(batched[i:i + BATCH])
+        self.figures["ingest_batch_per_s"] = round(n / (time.perf_counter() - began), 1)
+
+    def _vacuum(self) -> None:
+        """Each figure that rewrites the nodes' rows starts from the same tables: the dead
+        rows the one before left vacuumed away, as autovacuum does on a running site, so
+        that one measured later does not pay for one measured earlier (the second real
+        path measured about a fifth slower than the same worker measured first). And from
+        a quiet server: a checkpoint now, rather than one that the WAL of what came before
+        (an earlier bench's fleet and history, dropped) sets off during the figure."""
+        if connection.vendor != "postgresql":
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM ANALYZE fleet_node, fleet_device, fleet_finding")
+            try:
+                cursor.execute("CHECKPOINT")
+            except DatabaseError as exc:  # it takes a superuser or pg_checkpoint
+                self._say(f"no checkpoint before the figure ({exc}); it may pay for an earlier one's writes")
+
+    def _ingest_real_path(self, rounds: list[list[dict]], at: datetime, key: str, consumers: int) -> float | None:
+        """Known nodes' snapshots, REAL_PATH_ROUNDS `rounds` of them (re-timed a second
+        apart from `at`), appended to the ingest stream as the agents append them and
+        stored by `consumers` real `manage.py ingest` processes, already started: from the
+        append (one pipelined round trip; the entries are signed before) until every one
+        is handled and each node's last one stored. Returns the rate, or None
+        with the reason (under `key`) where it was skipped."""
+        bench = _bench_broker(settings.CELERY_BROKER_URL)
+        if bench is None:
+            return self._skip(key, f"the broker {_safe_url(settings.CELERY_BROKER_URL)} is not Redis")
+        url, client = bench
+        stream_key = settings.GPUFLEET_INGEST_STREAM
+        try:
+            waiting = client.xlen(stream_key)
+        except Exception as exc:  # any failure to reach Redis skips the figure, saying why
+            client.close()
+            return self._skip(key, f"no Redis reachable at {_safe_url(url)} ({exc})")
+        if waiting:
+            client.close()
+            return self._skip(key, f"the stream {stream_key!r} in {_safe_url(url)} already holds {waiting} "
+                                   "entries that are not this run's; not consuming them")
+        snapshots = rounds[0]
+        last = at + timedelta(seconds=REAL_PATH_ROUNDS - 1)
+        entries = self._entries(_timed(rounds, at))
+        names = [s["node"] for s in snapshots]
+        metrics_dir = tempfile.mkdtemp(prefix="gpufleet-bench-metrics-")
+        env = {"CELERY_BROKER_URL": url, "DATABASE_URL": database_url(connection.settings_dict), "GPUFLEET_ROLE": "central",
+               "PROMETHEUS_MULTIPROC_DIR": metrics_dir, "GPUFLEET_DATA_DIR": str(settings.DATA_DIR),
+               # Each node's REAL_PATH_ROUNDS snapshots come within one interval.
+               "GPUFLEET_INGEST_CAP_PER_INTERVAL": str(max(REAL_PATH_ROUNDS, settings.GPUFLEET_INGEST_CAP_PER_INTERVAL))}
+        if not os.environ.get("GPUFLEET_SIGNING_KEY"):
+            env["SECRET_KEY"] = settings.SECRET_KEY  # the consumers check signatures with the same key
+        self._say(f"starting {consumers} ingest consumer(s), then appending {len(entries)} snapshots to "
+                  f"{_safe_url(url)} for them to store ...")
+        try:
+            stored = Node.objects.filter(name__in=names, collected_at__gte=last)
+            with contextlib.ExitStack() as stack:
+                # All of them ready before the first entry: one started first would otherwise
+                # store much of the backlog while the next one still starts.
+                started = [stack.enter_context(running_worker(launch.ingest(), env, f"ingest-{i}"))
+                           for i in range(consumers)]
+                began = time.perf_counter()
+                with client.pipeline(transaction=False) as pipe:
+                    for fields in entries:
+                        broker.append(fields, pipe)
+                    pipe.execute()
+                deadline = time.monotonic() + max(60.0, len(entries) / 5)
+                done = 0
+                while done < len(snapshots):
+                    if dead := [c for c in started if not c.alive()]:
+                        return self._skip(key, f"a consumer exited:\n{dead[0].output}")
+                    if time.monotonic() > deadline:
+                        return self._skip(key, f"only {done} of {len(snapshots)} nodes' last snapshots stored in "
+                                               f"time:\n{started[0].output}")
+                    time.sleep(0.02)
+                    # Every entry handled (the consumers delete what they acknowledge), not only
+                    # each node's last: two consumers may store a node's newer snapshot before
+                    # its older ones, which are then stale and cheaper, but still read.
+                    done = stored.count() if client.xlen(stream_key) == 0 else 0
+                elapsed = time.perf_counter() - began
+        except WorkerDidNotStart as exc:
+            return self._skip(key, str(exc))
+        finally:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+            # What this run appended and its consumers did not store (all of it where the
+            # figure was skipped): the stream of the bench's own database was empty
+            # before, so these are this run's, not anyone's snapshots.
+            client.delete(stream_key, broker.deleted_key(stream_key))
+            client.close()
+        return len(entries) / elapsed
+
+    def _fleet_one_host_keeps_up_with(self) -> None:
+        """The nodes whose snapshots the ingest service stores as fast as they come, at the
+        collect interval: where one central host like this one stops keeping up."""
+        rate = self.figures["ingest_service_snapshots_per_s"]
+        interval = settings.GPUFLEET_COLLECT_INTERVAL
+        self.figures["collect_interval_s"] = interval
+        self.figures["fleet_nodes_one_host_keeps_up_with"] = None if rate is None else round(rate * interval, -2)
+
+    def _entries(self, rounds: list[list[dict]]) -> list[dict[bytes, bytes]]:
+        """The stream entry of each snapshot of each round, signed with its node's key as
+        its agent signs it."""
+        keys = credentials.enroll_many(sorted({s["node"] for snapshots in rounds for s in snapshots}))
+        return [wire.encode_entry(keys[snap["node"]], snap["node"], wire.SNAPSHOT, [wire.encode_snapshot(snap), None])
+                for snapshots in rounds for snap in snapshots]
+
+    def _ingest_copy_floor(self, snapshots: list[dict], at: datetime) -> float | None:
+        """The rows of the real path's snapshots, REAL_PATH_ROUNDS of each node as there,
+        written the cheapest way: the same work, measured for as long (a single round
+        took a third of a second, short enough for a moment of the machine's noise to
+        move the figure by half). Returns the rate, or None with the reason."""
+        key = "ingest_copy_floor_per_s"
+        if connection.vendor != "postgresql":
+            return self._skip(key, "the COPY floor needs PostgreSQL")
+        rounds = _timed([snapshots] * REAL_PATH_ROUNDS, at)
+        wanted = len(snapshots) * len(rounds)
+        self._say(f"writing {wanted} snapshots' rows with COPY (the floor) ...")
+        with _raw_connection() as raw:
+            floor = CopyFloor(raw)
+            began = time.perf_counter()
+            stored = 0
+            for batch in rounds:
+                for i in range(0, len(batch), BATCH):
+                    stored += floor.store(batch[i:i + BATCH])
+            elapsed = time.perf_counter() - began
+        if stored != wanted:
+            return self._skip(key, f"the floor updated {stored} of {wanted} nodes")
+        return wanted / elapsed
+
+    def _ingest_beside_the_floor(self, snapshots: list[dict], start: datetime, repeat: int) -> None:
+        """The real path with one consumer (for a fleet whose snapshots repeat the last
+        one's figures, then for a busy one's) and with SERVICE_CONSUMERS, `repeat` times each,
+        with the COPY floor measured before, between and after them (it writes every row
+        whether or not it changed, so its cost is the same for both): each real-path run is
+        compared with the floor runs just before and after it, and each figure is the
+        median of its runs. This machine's speed drifts by a third over minutes, and a
+        floor measured once, after both real paths, put the drift into the ratio (500-node runs
+        of the same code printed one-process ratios of 0.36-0.40, and 0.56 where the floor ran
+        at a slow moment)."""
+        f = self.figures
+        same = [snapshots] * REAL_PATH_ROUNDS
+        # key: (ratio key, consumers, the rounds it stores)
+        paths = {"ingest_snapshots_per_s": ("ratio_ingest_to_copy_floor", 1, same),
+                 "ingest_busy_snapshots_per_s": ("ratio_ingest_busy_to_copy_floor", 1, _busy_rounds(snapshots)),
+                 "ingest_service_snapshots_per_s": ("ratio_ingest_service_to_copy_floor",
+                                                    SERVICE_CONSUMERS, same)}
+        steps = [None, *(step for _ in range(repeat) for key in paths for step in (key, None))]
+        rates = []
+        for i, key in enumerate(steps):
+            at = start + timedelta(seconds=10 * i)  # each step newer than the last, REAL_PATH_ROUNDS s apart
+            self._vacuum()
+            if key is None:
+                rates.append(self._ingest_copy_floor(snapshots, at))
+            else:
+                _, consumers, rounds = paths[key]
+                rates.append(self._ingest_real_path(rounds, at, key, consumers))
+        floors = rates[0::2]
+        f["ingest_copy_floor_runs_per_s"] = [_rounded(rate) for rate in floors]
+        f["ingest_copy_floor_per_s"] = _median(floors)
+        for key, (ratio_key, *_) in paths.items():
+            runs = [(rates[i], _mean(rates[i - 1], rates[i + 1])) for i, step in enumerate(steps) if step == key]
+            f[key.replace("_per_s", "_runs_per_s")] = [_rounded(rate) for rate, _ in runs]
+            f[key] = _median([rate for rate, _ in runs])
+            ratios = [_ratio(rate, floor) for rate, floor in runs]
+            f[f"{ratio_key}_runs"] = ratios
+            f[ratio_key] = None if None in ratios else round(statistics.median(ratios), 3)
+        # The in-process figures were measured just before the first floor run.
+        f["ratio_ingest_one_to_copy_floor"] = _ratio(f["ingest_one_per_s"], floors[0])
+        f["ratio_ingest_batch_to_copy_floor"] = _ratio(f["ingest_batch_per_s"], floors[0])
+
+    # --- The fleet ---------------------------------------------------------------
+
+    def _grow_fleet(self, names: list[str], ingested: int) -> None:
+        """The rest of the fleet in bulk, each node a copy (name and GPU UUIDs its own)
+        of one ingested node's rows, as ingest left them: fast at 10,000 nodes."""
+        todo = names[ingested:]
+        if not todo:
+            return
+        self._say(f"creating {len(todo)} more nodes in bulk ...")
+        templates = list(Node.objects.filter(name__in=names[:ingested]).prefetch_related("devices", "findings"))
+        for start in range(0, len(todo), 500):
+            chunk = todo[start:start + 500]
+            made = []
+            for offset, name in enumerate(chunk):
+                template = templates[(start + offset) % len(templates)]
+                node = Node(**{f.attname: getattr(template, f.attname) for f in Node._meta.concrete_fields
+                               if f.attname != "id"})
+                node.name = name
+                made.append((node, template))
+            Node.objects.bulk_create([node for node, _ in made])
+            if connection.vendor != "postgresql" or made[0][0].pk is None:  # ids not returned
+                ids = dict(Node.objects.filter(name__in=chunk).values_list("name", "id"))
+                for node, _ in made:
+                    node.pk = ids[node.name]
+            devices, findings = [], []
+            for node, template in made:
+                suffix = node.name.encode().hex()[-12:].rjust(12, "0")
+                for d in template.devices.all():
+                    devices.append(Device(**{f.attname: getattr(d, f.attname) for f in Device._meta.concrete_fields
+                                             if f.attname not in ("id", "node_id")},
+                                          node_id=node.pk))
+                    devices[-1].uuid = d.uuid[:-12] + suffix
+                for f in template.findings.all():
+                    findings.append(Finding(node_id=node.pk, position=f.position, code=f.code, name=f.name,
+                                            status=f.status, message=f.message, fix=f.fix))
+            Device.objects.bulk_create(devices, batch_size=2000)
+            Finding.objects.bulk_create(findings, batch_size=2000)
+
+    def _client(self) -> Client:
+        from django.contrib.auth import get_user_model
+
+        user = get_user_model().objects.create_superuser("bench", password="bench-pass-1")
+        client = Client()
+        client.force_login(user)
+        return client
+
+    # --- Pages -------------------------------------------------------------------
+
+    def _pages(self, client: Client, repeat: int, node: str, history: str) -> None:
+        """Each page `repeat` times, the pages taking turns so a busy machine slows all alike."""
+        self._say(f"timing {len(PAGES)} pages, {repeat} times each ...")
+        timed: dict[str, list[float]] = {key: [] for key, *_ in PAGES}
+        for _, _, url, headers in PAGES:  # once untimed: templates compiled, caches warm
+            _timed_get(client, url.format(node=node, history=history), headers)
+        for _ in range(repeat):
+            for key, _, url, headers in PAGES:
+                ms, queries, size = _timed_get(client, url.format(node=node, history=history), headers)
+                timed[key].append(ms)
+                self.figures[f"{key}_queries"] = queries
+                self.figures[f"{key}_bytes"] = size
+        for key, *_ in PAGES:
+            self.figures[f"{key}_ms"] = round(statistics.median(timed[key]), 1)
+        admin = self.figures[f"{ADMIN}_ms"]
+        for key, *_ in PAGES:
+            if key != ADMIN:
+                self.figures[f"ratio_{key}_to_admin"] = _ratio(self.figures[f"{key}_ms"], admin)
+
+    def _metrics(self, client: Client, repeat: int) -> None:
+        self._say(f"scraping /metrics {repeat} times ...")
+        runs = [_timed_get(client, "/metrics", {}) for _ in range(repeat + 1)][1:]  # the first untimed
+        self.figures["metrics_scrape_s"] = round(statistics.median(ms for ms, _, _ in runs) / 1000, 3)
+        self.figures["metrics_scrape_queries"] = runs[-1][1]
+        self.figures["metrics_scrape_bytes"] = runs[-1][2]
+        self.figures["ratio_metrics_scrape_to_admin"] = _ratio(1000 * self.figures["metrics_scrape_s"],
+                                                               self.figures[f"{ADMIN}_ms"])
+
+    def _report_csv_floor(self, repeat: int) -> None:
+        key = "report_csv_copy_floor_ms"
+        if connection.vendor != "postgresql":
+            self._skip(key, "COPY ... TO STDOUT needs PostgreSQL")
+        else:
+            times, size = [], 0
+            with _raw_connection() as raw:
+                for _ in range(repeat):
+                    began = time.perf_counter()
+                    size = 0
+                    with raw.cursor() as cursor, cursor.copy(REPORT_CSV_COPY) as copy:
+                        for data in copy:
+                            size += len(data)
+                    times.append(1000 * (time.perf_counter() - began))
+            self.figures[key] = round(statistics.median(times), 1)
+            self.figures["report_csv_copy_floor_bytes"] = size
+        self.figures["ratio_report_csv_to_copy_floor"] = _ratio(self.figures["report_csv_ms"], self.figures[key])
+
+    # --- The agent -------------------------------------------------------------------
+
+    def _agent_footprint(self) -> None:
+        server = shutil.which("redis-server")
+        if server is None:
+            for key in AGENT_FIGURES:
+                self._skip(key, "redis-server is not installed")
+            return
+        self._say(f"running the agent for {AGENT_CYCLES} collections ...")
+        with tempfile.TemporaryDirectory(prefix="gf-agent-", dir="/tmp") as folder:
+            try:
+                rss, cpu = _run_agent(server, Path(folder))
+            except (OSError, TimeoutError) as exc:
+                for key in AGENT_FIGURES:
+                    self._skip(key, f"the agent did not run: {exc}")
+                return
+        self.figures["agent_rss_mib"] = round(rss / 2**20, 1)
+        self.figures["agent_cpu_per_cycle_s"] = float(f"{cpu:.3g}")
+        diagnose_this_host()  # as the agent's first collection: what this host's driver knows
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        for _ in range(AGENT_CYCLES):
+            diagnose_this_host()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        bare = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / AGENT_CYCLES
+        if bare <= 0:
+            for key in AGENT_FIGURES[2:]:
+                self._skip(key, "no GPU command ran on this host (nvidia-smi not on PATH)")
+        else:
+            self.figures["bare_commands_cpu_per_cycle_s"] = float(f"{bare:.3g}")
+            self.figures["ratio_agent_cpu_to_bare_commands"] = round(cpu / bare, 2)
+
+    # --- Results -----------------------------------------------------------------
+
+    def _targets(self) -> dict:
+        """The fleet-scale issue's targets: True met, False missed, None not measured."""
+        f = self.figures
+
+        def at_most(a, b, factor=1.0):
+            return None if a is None or b is None else a <= factor * b
+
+        real, ratio = f.get("ingest_snapshots_per_s"), f.get("ratio_ingest_to_copy_floor")
+        pages = [key for key, *_ in PAGES if key not in (ADMIN, "node_page_24h", "report_csv", "report_json")]
+        return {
+            "real_path_ingest_at_least_500_per_s": None if real is None else real >= 500,
+            "real_path_ingest_at_least_0.6_of_copy_floor": None if ratio is None else ratio >= 0.6,
+            "node_page_24h_no_slower_than_admin": at_most(f["node_page_24h_ms"], f[f"{ADMIN}_ms"]),
+            "pages_no_slower_than_admin": all(at_most(f[f"{key}_ms"], f[f"{ADMIN}_ms"]) for key in pages),
+            "report_csv_within_5x_copy_csv": at_most(f["report_csv_ms"], f.get("report_csv_copy_floor_ms"), 5),
+            "agent_at_most_64_mib": None if f["agent_rss_mib"] is None else f["agent_rss_mib"] <= 64,
+            "agent_cpu_at_most_1.2x_bare_commands": at_most(f["ratio_agent_cpu_to_bare_commands"], 1.2),
+            "metrics_under_2_s_at_10000_nodes_x_8": (f["metrics_scrape_s"] < 2.0
+                                                     if f["nodes"] >= 10_000 and f["gpus_per_node"] >= 8 else None),
+        }
+
+    def _table(self) -> None:
+        f = self.figures
+        out = self.stdout.write
+        out(f"gpufleet bench: {f['nodes']} nodes x {f['gpus_per_node']} GPUs on {f['engine']}, "
+            f"ingest sample {f['ingest_sample']} snapshots, median of {f['repeat']}, {f['measured_at']}")
+        counts = f["sql_statements_per_snapshot"]
+        out(f"SQL statements per snapshot ({', '.join(counts)} GPUs): {', '.join(map(str, counts.values()))}")
+        out("")
+        out("| figure | value | peer / floor | peer value | ratio |")
+        out("| --- | --- | --- | --- | --- |")
+
+        def rate(value):
+            return "skipped" if value is None else f"{value:,.0f} snapshots/s"
+
+        def ms(value):
+            return "skipped" if value is None else f"{value:,.1f} ms"
+
+        service = SERVICE_CONSUMERS
+        ratios = {"ingest_snapshots_per_s": "ratio_ingest_to_copy_floor",
+                  "ingest_busy_snapshots_per_s": "ratio_ingest_busy_to_copy_floor",
+                  "ingest_service_snapshots_per_s": "ratio_ingest_service_to_copy_floor",
+                  "ingest_one_per_s": "ratio_ingest_one_to_copy_floor",
+                  "ingest_batch_per_s": "ratio_ingest_batch_to_copy_floor"}
+        for key, label in (("ingest_snapshots_per_s", "ingest, real path (stream, 1 consumer)"),
+                           ("ingest_busy_snapshots_per_s",
+                            "ingest, real path, 1 consumer, busy fleet (every snapshot's findings new)"),
+                           ("ingest_service_snapshots_per_s", f"ingest, real path, {service} consumers"),
+                           ("ingest_one_per_s", "ingest in process, one at a time"),
+                           ("ingest_batch_per_s", f"ingest in process, batches of {BATCH}")):
+            out(f"| {label} | {rate(f.get(key))} | COPY + INSERT ON CONFLICT floor | "
+                f"{rate(f.get('ingest_copy_floor_per_s'))} | {_show(f[ratios[key]])} |")
+        admin = f[f"{ADMIN}_ms"]
+        for key, label, *_ in PAGES:
+            if key == ADMIN:
+                continue
+            out(f"| {label} ({f[f'{key}_queries']} queries) | {ms(f[f'{key}_ms'])} | admin node changelist | "
+                f"{ms(admin)} | {_show(f[f'ratio_{key}_to_admin'])} |")
+        out(f"| fleet report CSV | {ms(f['report_csv_ms'])} | COPY (SELECT ...) TO STDOUT WITH CSV | "
+            f"{ms(f.get('report_csv_copy_floor_ms'))} | {_show(f['ratio_report_csv_to_copy_floor'])} |")
+        out(f"| /metrics scrape ({f['metrics_scrape_queries']} queries, {f['metrics_scrape_bytes'] / 1024:,.0f} KiB) | "
+            f"{f['metrics_scrape_s']:.3f} s | admin node changelist | {ms(admin)} | "
+            f"{_show(f['ratio_metrics_scrape_to_admin'])} |")
+        out("")
+        out("ingest runs in the order measured (real paths beside the floor runs before and after them; the figures "
+            "above are medians, each real path's ratio the median of its runs' ratios):")
+        out(f"  floor: {', '.join(rate(run) for run in f['ingest_copy_floor_runs_per_s'])}")
+        for key, label in (("ingest_snapshots", "1 consumer"), ("ingest_busy_snapshots", "1 consumer, busy"),
+                           ("ingest_service_snapshots", f"{service} consumers")):
+            ratio_runs = f[f"{ratios[key + '_per_s']}_runs"]
+            out(f"  {label}: {', '.join(rate(run) for run in f[key + '_runs_per_s'])} "
+                f"(ratios {', '.join(_show(r) for r in ratio_runs)})")
+        if f["fleet_nodes_one_host_keeps_up_with"] is not None:
+            out("")
+            out(f"one central host like this one keeps up with about {f['fleet_nodes_one_host_keeps_up_with']:,.0f} "
+                f"nodes at the {f['collect_interval_s']:g} s collect interval (the service's rate x the interval)")
+        out("")
+        if f["agent_rss_mib"] is not None:
+            out(f"agent: {f['agent_rss_mib']} MiB resident (its process tree, commands included), "
+                f"{f['agent_cpu_per_cycle_s']} s CPU per collection; the bare commands "
+                f"{f['bare_commands_cpu_per_cycle_s']} s (ratio {_show(f['ratio_agent_cpu_to_bare_commands'])})")
+        for target, met in f["targets"].items():
+            out(f"target {target}: {'met' if met else 'not measured' if met is None else 'NOT met'}")
+        for key, reason in self.skipped.items():
+            out(f"skipped {key}: {reason}")
+
+
+def _run_agent(server: str, folder: Path) -> tuple[int, float]:
+    """The agent's peak process-tree RSS (bytes) and CPU seconds per collection, over
+    AGENT_CYCLES collections once its first is done."""
+    sock, stream, node = folder / "redis.sock", "bench:agent", "bench-agent"
+    redis_server = subprocess.Popen([server, "--port", "0", "--unixsocket", str(sock), "--save", "", "--appendonly",
+                                     "no", "--dir", str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    agent = None
+    try:
+        client = broker.connect(f"redis+socket://{sock}", timeout=5)
+        deadline = time.monotonic() + WORKER_START_S
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        env = {**os.environ, "CELERY_BROKER_URL": f"redis+socket://{sock}", "GPUFLEET_DATA_DIR": str(folder),
+               "GPUFLEET_NODE_NAME": node, "GPUFLEET_AGENT_KEY": str(wire.NodeKey(1, os.urandom(32))),
+               "GPUFLEET_COLLECT_INTERVAL": "1", "GPUFLEET_INGEST_STREAM": stream}
+        env.pop("DATABASE_URL", None)
+        agent = subprocess.Popen(launch.agent_worker(node, folder), env=env, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+
+        def collections() -> int:
+            if time.monotonic() > deadline or agent.poll() is not None:
+                raise TimeoutError("no snapshot from the agent")
+            return client.xlen(stream)
+
+        while collections() < 1:
+            time.sleep(0.05)
+        first, cpu, peak = collections(), footprint.cpu_seconds(agent.pid), 0
+        deadline = time.monotonic() + WORKER_START_S
+        while (done := collections()) < first + AGENT_CYCLES:
+            peak = max(peak, footprint.rss_bytes(agent.pid))
+            time.sleep(0.02)
+        return peak, (footprint.cpu_seconds(agent.pid) - cpu) / (done - first)
+    finally:
+        for proc in (agent, redis_server):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(30)
+
+
+def _show(ratio) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}"
+
+
+def _timed_get(client: Client, url: str, headers: dict) -> tuple[float, int, int]:
+    """ms, queries and body bytes of one GET (a streamed body read to its end)."""
+    with CaptureQueriesContext(connection) as ctx:
+        began = time.perf_counter()
+        response = client.get(url, **headers)
+        body = b"".join(response) if response.streaming else response.content
+        elapsed = time.perf_counter() - began
+    if response.status_code != 200:
+        raise RuntimeError(f"GET {url} answered {response.status_code}")
+    return 1000 * elapsed, len(ctx), len(body)
+
+
+# --- The real path: Redis and a worker process -----------------------------------
+
+
+def _safe_url(url: str) -> str:
+    """`url` without its password, for messages."""
+    parts = urlsplit(url)
+    return url.replace(f":{parts.password}@", ":***@", 1) if parts.password else url
+
+
+def _bench_broker(url: str):
+    """(URL, Redis client) of the bench's own database on the configured Redis, or None
+    when the broker is not Redis."""
+    import redis
+
+    parts = urlsplit(url)
+    if parts.scheme in ("redis", "rediss"):
+        current = parts.path.strip("/") or "0"
+        db = BENCH_REDIS_DB if current != str(BENCH_REDIS_DB) else BENCH_REDIS_DB - 1
+        bench = urlunsplit(parts._replace(path=f"/{db}"))
+        return bench, redis.Redis.from_url(bench, socket_connect_timeout=1, socket_timeout=2)
+    if parts.scheme == "redis+socket":
+        query = dict(parse_qsl(parts.query))
+        current = query.get("virtual_host", "0")
+        db = BENCH_REDIS_DB if current != str(BENCH_REDIS_DB) else BENCH_REDIS_DB - 1
+        # With the user and password, if any (`up`'s private Redis has no default user).
+        login = parts.netloc.rpartition("@")[0]
+        bench = f"redis+socket://{login + '@' if login else ''}{parts.path}?{urlencode({**query, 'virtual_host': str(db)})}"
+        return bench, redis.Redis(unix_socket_path=parts.path, db=db, username=unquote(parts.username or "") or None,
+                                  password=unquote(parts.password or "") or None, socket_connect_timeout=1, socket_timeout=2)
+    return None
+
+
+# --- The floors: raw psycopg on PostgreSQL ----------------------------------------
+
+
+def _raw_connection():
+    import psycopg
+
+    s = connection.settings_dict
+    return psycopg.connect(dbname=s["NAME"], user=s["USER"] or None, password=s["PASSWORD"] or None,
+                           host=s["HOST"] or "127.0.0.1", port=s["PORT"] or 5432)
+
+
+# The same rows /report.csv writes (gpufleet/fleet/reports.py CSV_COLUMNS): each node's
+# findings, then its current GPUs with their health figures, nodes by name.
+REPORT_CSV_COPY = """COPY (
+SELECT node, code, name, status, message, fix, "row", "index", uuid, pci_bus_id, vram_total_mib, vram_used_mib,
+       utilization_percent, temperature_c, power_draw_w, power_limit_w, ecc_uncorrected_volatile, throttle_reasons,
+       xid_errors, processes, memory_temperature_c, fan_percent, pstate, sm_clock_mhz, sm_clock_max_mhz,
+       persistence_mode, ecc_mode, ecc_corrected_volatile, ecc_uncorrected_aggregate, retired_pages_pending,
+       remapped_rows_correctable, remapped_rows_uncorrectable, remapped_rows_pending, remapped_rows_failure,
+       mig_mode, mig_devices
+FROM (
+  SELECT n.name AS node, 0 AS kind, f.position AS pos, f.code, f.name, f.status, f.message, f.fix, 'finding' AS "row",
+         NULL::int AS "index", NULL AS uuid, NULL AS pci_bus_id, NULL::bigint AS vram_total_mib,
+         NULL::bigint AS vram_used_mib, NULL::int AS utilization_percent, NULL::int AS temperature_c,
+         NULL::float AS power_draw_w, NULL::float AS power_limit_w, NULL AS ecc_uncorrected_volatile,
+         NULL AS throttle_reasons, NULL AS xid_errors, NULL::int AS processes, NULL AS memory_temperature_c,
+         NULL AS fan_percent, NULL AS pstate, NULL AS sm_clock_mhz, NULL AS sm_clock_max_mhz, NULL AS persistence_mode,
+         NULL AS ecc_mode, NULL AS ecc_corrected_volatile, NULL AS ecc_uncorrected_aggregate,
+         NULL AS retired_pages_pending, NULL AS remapped_rows_correctable, NULL AS remapped_rows_uncorrectable,
+         NULL AS remapped_rows_pending, NULL AS remapped_rows_failure, NULL AS mig_mode, NULL AS mig_devices
+  FROM fleet_node n JOIN fleet_finding f ON f.node_id = n.id
+  UNION ALL
+  SELECT n.name, 1, d."index", 'gpu' || d."index", d.name, '', '', '', 'device', d."index", d.uuid, d.pci_bus_id,
+         d.vram_total_mib, d.vram_used_mib, d.utilization_percent, d.temperature_c, d.power_draw_w, d.power_limit_w,
+         d.health->>'ecc_uncorrected_volatile',
+         (SELECT string_agg(t, ' ') FROM jsonb_array_elements_text(
+             CASE jsonb_typeof(d.health->'throttle_reasons') WHEN 'array' THEN d.health->'throttle_reasons' END) t),
+         (SELECT string_agg((x->>'xid') || 'x' || (x->>'count'), ' ') FROM jsonb_array_elements(
+             CASE jsonb_typeof(d.health->'xid_errors') WHEN 'array' THEN d.health->'xid_errors' END) x),
+         CASE jsonb_typeof(d.health->'processes') WHEN 'array' THEN jsonb_array_length(d.health->'processes') ELSE 0 END,
+         d.health->>'memory_temperature_c', d.health->>'fan_percent', d.health->>'pstate', d.health->>'sm_clock_mhz',
+         d.health->>'sm_clock_max_mhz', d.health->>'persistence_mode', d.health->>'ecc_mode',
+         d.health->>'ecc_corrected_volatile', d.health->>'ecc_uncorrected_aggregate',
+         d.health->>'retired_pages_pending', d.health->>'remapped_rows_correctable',
+         d.health->>'remapped_rows_uncorrectable', d.health->>'remapped_rows_pending',
+         d.health->>'remapped_rows_failure', d.health->>'mig_mode',
+         (SELECT string_agg((m->>'profile') || ':' || (m->>'uuid'), ' ') FROM jsonb_array_elements(
+             CASE jsonb_typeof(d.health->'mig_devices') WHEN 'array' THEN d.health->'mig_devices' END) m)
+  FROM fleet_node n JOIN fleet_device d ON d.node_id = n.id AND d.vanished_at IS NULL
+) AS report_rows
+ORDER BY node, kind, pos
+) TO STDOUT WITH (FORMAT csv, HEADER)"""
+
+_NODE_IN = ("name", "collected_at", "present", "driver_version", "runtime_installed", "toolkit_version", "attach",
+            "cdi_spec_files", "cdi_devices", "fixes_allowed", "gpu_count", "vram_total_mib", "vram_used_mib",
+            "utilization_mean", "health", "problem", "gpu_models")
+_DEVICE_IN = ("node_name", "uuid", "index", "name", "vram_total_mib", "vram_used_mib", "utilization_percent",
+              "pci_bus_id", "temperature_c", "power_draw_w", "power_limit_w", "health", "collected_at", "busy")
+_FINDING_IN = ("node_name", "position", "code", "name", "status", "message", "fix")
+
+
+class CopyFloor:
+    """The rows an accepted snapshot of a known node leaves (node updated, its GPUs
+    upserted and those it no longer reports marked vanished, one sample per GPU, its
+    findings replaced), written the cheapest way PostgreSQL offers: COPY into temporary
+    tables, then one set-based statement per table, one transaction per batch. No
+    validation, claims or Xid acknowledgements: a floor, not an ingest."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        with raw.cursor() as cursor:
+            cursor.execute("CREATE TEMP TABLE bench_node_in (name text, collected_at timestamptz, present bool,"
+                           " driver_version text, runtime_installed bool, toolkit_version text, attach text,"
+                           " cdi_spec_files jsonb, cdi_devices jsonb, fixes_allowed jsonb, gpu_count int,"
+                           " vram_total_mib bigint, vram_used_mib bigint, utilization_mean float8, health text,"
+                           " problem text, gpu_models text) ON COMMIT DELETE ROWS")
+            cursor.execute("CREATE TEMP TABLE bench_device_in (node_name text, uuid text, index int, name text,"
+                           " vram_total_mib bigint, vram_used_mib bigint, utilization_percent int, pci_bus_id text,"
+                           " temperature_c int, power_draw_w float8, power_limit_w float8, health jsonb,"
+                           " collected_at timestamptz, busy bool) ON COMMIT DELETE ROWS")
+            cursor.execute("CREATE TEMP TABLE bench_finding_in (node_name text, position int, code text, name text,"
+                           " status text, message text, fix text) ON COMMIT DELETE ROWS")
+        raw.commit()
+        self.idle_util = settings.GPUFLEET_IDLE_UTIL_PERCENT
+
+    def store(self, snapshots: list[dict]) -> int:
+        """Write one batch (distinct nodes) in one transaction; returns the nodes updated."""
+        now = datetime.now(UTC)
+        nodes, devices, findings = [], [], []
+        for s in snapshots:
+            gpus = s["devices"]
+            utils = [d["utilization_percent"] for d in gpus if d.get("utilization_percent") is not None]
+            worst = str(gpu.Status.worst(f["status"] for f in s["findings"]))
+            problem = next((f"{f['name']}: {f['message']}" for f in s["findings"]
+                            if f["status"] == worst and worst != gpu.Status.OK.value), "")
+            nodes.append((s["node"], s["collected_at"], s["present"], s["driver_version"], s["runtime_installed"],
+                          s["toolkit_version"], s["attach"], json.dumps(s["cdi_spec_files"]),
+                          json.dumps(s["cdi_devices"]), json.dumps(s["fixes_allowed"]), len(gpus),
+                          sum(d.get("vram_total_mib") or 0 for d in gpus), sum(d.get("vram_used_mib") or 0 for d in gpus),
+                          sum(utils) / len(utils) if utils else None, worst, problem[:300],
+                          ", ".join(sorted({d["name"] for d in gpus}))[:500]))
+            for d in gpus:
+                health = {k: v for k, v in d.items() if k not in Device.COLUMNS and k != "pci_bus_id"}
+                busy = (d.get("utilization_percent") or 0) >= self.idle_util or bool(d.get("processes"))
+                devices.append((s["node"], d["uuid"], d["index"], d["name"], d.get("vram_total_mib"),
+                                d.get("vram_used_mib"), d.get("utilization_percent"), d.get("pci_bus_id") or "",
+                                d.get("temperature_c"), d.get("power_draw_w"), d.get("power_limit_w"),
+                                json.dumps(health), s["collected_at"], busy))
+            findings += [(s["node"], i, f["code"], f["name"], f["status"], f["message"], f.get("fix", ""))
+                         for i, f in enumerate(s["findings"])]
+        names = [s["node"] for s in snapshots]
+        with self.raw.transaction(), self.raw.cursor() as cursor:
+            for table, columns, rows in (("bench_node_in", _NODE_IN, nodes), ("bench_device_in", _DEVICE_IN, devices),
+                                         ("bench_finding_in", _FINDING_IN, findings)):
+                with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            cursor.execute(
+                "INSERT INTO fleet_node (name, first_seen, last_seen, collected_at, offline, present, driver_version,"
+                " runtime_installed, toolkit_version, attach, cdi_spec_files, cdi_devices, fixes_allowed, gpu_count,"
+                " vram_total_mib, vram_used_mib, utilization_mean, health, problem, gpu_models, gpus_reserved,"
+                " gpus_lost, simulated, refused_total, refused_last_reason)"
+                " SELECT name, %(now)s, %(now)s, collected_at, false, present, driver_version, runtime_installed,"
+                " toolkit_version, attach, cdi_spec_files, cdi_devices, fixes_allowed, gpu_count, vram_total_mib,"
+                " vram_used_mib, utilization_mean, health, problem, gpu_models, 0, 0, false, 0, '' FROM bench_node_in"
+                " ORDER BY name"
+                " ON CONFLICT (name) DO UPDATE SET last_seen = EXCLUDED.last_seen, collected_at = EXCLUDED.collected_at,"
+                " offline = false, present = EXCLUDED.present, driver_version = EXCLUDED.driver_version,"
+                " runtime_installed = EXCLUDED.runtime_installed, toolkit_version = EXCLUDED.toolkit_version,"
+                " attach = EXCLUDED.attach, cdi_spec_files = EXCLUDED.cdi_spec_files,"
+                " cdi_devices = EXCLUDED.cdi_devices, fixes_allowed = EXCLUDED.fixes_allowed,"
+                " gpu_count = EXCLUDED.gpu_count, vram_total_mib = EXCLUDED.vram_total_mib,"
+                " vram_used_mib = EXCLUDED.vram_used_mib, utilization_mean = EXCLUDED.utilization_mean,"
+                " health = EXCLUDED.health, problem = EXCLUDED.problem, gpu_models = EXCLUDED.gpu_models"
+                " WHERE fleet_node.collected_at IS NULL OR fleet_node.collected_at < EXCLUDED.collected_at",
+                {"now": now},
+            )
+            updated = cursor.rowcount
+            cursor.execute(
+                'INSERT INTO fleet_device (node_id, uuid, "index", name, vram_total_mib, vram_used_mib,'
+                " utilization_percent, pci_bus_id, temperature_c, power_draw_w, power_limit_w, health, last_seen,"
+                " vanished_at, first_seen, busy_at)"
+                ' SELECT n.id, i.uuid, i."index", i.name, i.vram_total_mib, i.vram_used_mib, i.utilization_percent,'
+                " i.pci_bus_id, i.temperature_c, i.power_draw_w, i.power_limit_w, i.health, %(now)s, NULL,"
+                " i.collected_at, CASE WHEN i.busy THEN i.collected_at END"
+                " FROM bench_device_in i JOIN fleet_node n ON n.name = i.node_name ORDER BY n.id, i.uuid"
+                ' ON CONFLICT (node_id, uuid) DO UPDATE SET "index" = EXCLUDED."index", name = EXCLUDED.name,'
+                " vram_total_mib = EXCLUDED.vram_total_mib, vram_used_mib = EXCLUDED.vram_used_mib,"
+                " utilization_percent = EXCLUDED.utilization_percent, pci_bus_id = EXCLUDED.pci_bus_id,"
+                " temperature_c = EXCLUDED.temperature_c, power_draw_w = EXCLUDED.power_draw_w,"
+                " power_limit_w = EXCLUDED.power_limit_w, health = EXCLUDED.health, last_seen = EXCLUDED.last_seen,"
+                " vanished_at = NULL, busy_at = COALESCE(EXCLUDED.busy_at, fleet_device.busy_at)",
+                {"now": now},
+            )
+            cursor.execute(
+                "UPDATE fleet_device d SET vanished_at = %(now)s FROM fleet_node n WHERE d.node_id = n.id"
+                " AND n.name = ANY(%(names)s) AND d.vanished_at IS NULL AND d.last_seen <> %(now)s",
+                {"now": now, "names": names},
+            )
+            cursor.execute(
+                "INSERT INTO fleet_devicesample (device_id, collected_at, vram_used_mib, utilization_percent,"
+                " temperature_c, power_draw_w)"
+                " SELECT d.id, i.collected_at, i.vram_used_mib, i.utilization_percent, i.temperature_c, i.power_draw_w"
+                " FROM bench_device_in i JOIN fleet_node n ON n.name = i.node_name"
+                " JOIN fleet_device d ON d.node_id = n.id AND d.uuid = i.uuid"
+            )
+            cursor.execute("DELETE FROM fleet_finding f USING fleet_node n WHERE f.node_id = n.id"
+                           " AND n.name = ANY(%(names)s)", {"names": names})
+            cursor.execute(
+                "INSERT INTO fleet_finding (node_id, position, code, name, status, message, fix)"
+                " SELECT n.id, i.position, i.code, i.name, i.status, i.message, i.fix"
+                " FROM bench_finding_in i JOIN fleet_node n ON n.name = i.node_name"
+            )
+        return updated
+
