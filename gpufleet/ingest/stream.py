@@ -36,7 +36,7 @@ from gpufleet.fleet import credentials
 from gpufleet.fleet.models import Refusal
 from gpufleet.ingest import schema
 from gpufleet.ingest.admission import Admission
-from gpufleet.ingest.metrics import record_ingest
+from gpufleet.ingest.metrics import record_batch, record_snapshot
 from gpufleet.ingest.refusals import count_refusals
 from gpufleet.ingest.services import STALE, finish_diagnosis, ingest_snapshots
 from gpufleet.jobs.models import JobStatus
@@ -167,7 +167,7 @@ def ingest_entries(entries: list[dict], keys: NodeKeys | None = None, admission:
             snapshots.append(_Snapshot(position, entry.node, payload[0], payload[1]))
         else:
             reports.append((position, entry.node, payload))
-    _store(snapshots, outcomes, refused, started)
+    _store(snapshots, outcomes, refused)
     for position, node, (job_id, status, output, error) in reports:
         if status not in JobStatus.values:
             refused[node, Refusal.MALFORMED] += 1
@@ -182,10 +182,12 @@ def ingest_entries(entries: list[dict], keys: NodeKeys | None = None, admission:
                 if reason == Refusal.UNKNOWN_NODE else ""
             log.warning("refused %d ingest entries of node %r: %s%s", count, node[: wire.LINE_MAX], reason, enrol)
         with_retries(lambda: count_refusals(dict(refused)), "counting refusals")
+    if handled := sum(outcome != DEFERRED for outcome in outcomes):
+        record_batch(handled, time.monotonic() - started)
     return outcomes
 
 
-def _store(snapshots: list[_Snapshot], outcomes: list[str], refused: Counter, started: float) -> None:
+def _store(snapshots: list[_Snapshot], outcomes: list[str], refused: Counter) -> None:
     parsed = [_parsed(s.text) for s in snapshots]
     mine = []
     for snapshot, data in zip(snapshots, parsed, strict=True):
@@ -199,10 +201,9 @@ def _store(snapshots: list[_Snapshot], outcomes: list[str], refused: Counter, st
     if not mine:
         return
     results = store_with_retries([data for _, data in mine])
-    elapsed = time.monotonic() - started
     for (snapshot, _), result in zip(mine, results, strict=True):
         outcomes[snapshot.position] = result.outcome
-        record_ingest(result.outcome, elapsed)
+        record_snapshot(result.outcome)
         if result.outcome == STALE:
             refused[snapshot.node, Refusal.REPLAY] += 1
         if snapshot.job_id is not None:

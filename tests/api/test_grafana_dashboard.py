@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.api import metrics
 from gpufleet.fleet.models import Device
-from gpufleet.ingest.metrics import record_ingest
+from gpufleet.ingest.metrics import record_batch, record_snapshot
 from tests.factories import ingest
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "gpufleet" / "api" / "grafana" / "gpufleet-dashboard.json"
@@ -30,8 +30,8 @@ SHOWN = {
     "gpufleet_gpu_utilization_percent", "gpufleet_gpu_memory_used_bytes", "gpufleet_gpu_memory_total_bytes",
     "gpufleet_gpu_temperature_celsius", "gpufleet_gpu_power_draw_watts", "gpufleet_gpu_ecc_errors_uncorrected",
     "gpufleet_gpu_xid_errors", "gpufleet_node_health", "gpufleet_node_online",
-    "gpufleet_node_last_seen_timestamp_seconds", "gpufleet_ingest_snapshots_total", "gpufleet_ingest_seconds_bucket",
-    "gpufleet_broker_queue_depth",
+    "gpufleet_node_last_seen_timestamp_seconds", "gpufleet_ingest_snapshots_total",
+    "gpufleet_ingest_batch_seconds_bucket", "gpufleet_ingest_batch_size_bucket", "gpufleet_broker_queue_depth",
 }
 _IDENT = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 
@@ -75,7 +75,8 @@ def served(viewer_client, settings, monkeypatch) -> dict[str, set[str]]:
     device.temperature_c, device.power_draw_w, device.power_limit_w = 61, 420.0, 700.0
     device.save()
     for outcome in ("accepted", "stale", "rejected"):
-        record_ingest(outcome, 0.01)
+        record_snapshot(outcome)
+    record_batch(3, 0.01)
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/0"
     # The broker, at the network boundary: 3 entries waiting, none trimmed.
     monkeypatch.setattr(metrics.broker, "stream_status", lambda client, stream=None: (3, 0))

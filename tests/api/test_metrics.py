@@ -1,6 +1,6 @@
 """/metrics: the latest state in the Prometheus text format, for a token, a viewer or an
 allowed address only; two queries whatever the fleet's size; ingest counters from
-record_ingest; the broker's queue depth, or broker_up 0 when it cannot be reached."""
+record_snapshot and record_batch, one batch observation per batch; the broker's queue depth, or broker_up 0 when it cannot be reached."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpufleet.api.metrics import render
 from gpufleet.api.models import ApiToken
 from gpufleet.fleet.models import Device
-from gpufleet.ingest.metrics import record_ingest
+from gpufleet.ingest.metrics import record_batch, record_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -82,20 +82,43 @@ def test_it_exports_ecc_and_xid_counts(make_fleet):
     assert samples[("gpufleet_gpu_xid_errors", tuple(sorted({**gpu, "xid": "79"}.items())))] == 2
 
 
-def test_it_counts_what_record_ingest_records():
-    before = _samples(render().decode())
-    record_ingest("accepted", 0.02)
-    record_ingest("rejected", 0.001)
-    after = _samples(render().decode())
-
+def _growth(before: dict, after: dict):
     def grew(name, labels=()):
         return after.get((name, labels), 0) - before.get((name, labels), 0)
+    return grew
 
+
+def test_it_counts_what_record_snapshot_and_record_batch_record():
+    before = _samples(render().decode())
+    record_snapshot("accepted")
+    record_snapshot("rejected")
+    record_batch(2, 0.02)
+    grew = _growth(before, _samples(render().decode()))
     assert grew("gpufleet_ingest_snapshots_total", (("outcome", "accepted"),)) == 1
     assert grew("gpufleet_ingest_snapshots_total", (("outcome", "rejected"),)) == 1
-    assert grew("gpufleet_ingest_seconds_count") == 2
+    assert grew("gpufleet_ingest_batch_seconds_count") == 1
+    assert grew("gpufleet_ingest_batch_size_count") == 1 and grew("gpufleet_ingest_batch_size_sum") == 2
     with pytest.raises(ValueError, match="unknown ingest outcome 'lost'"):
-        record_ingest("lost", 1.0)
+        record_snapshot("lost")
+
+
+def test_a_batch_of_many_snapshots_is_one_batch_observation_of_its_size():
+    from gpufleet.ingest import stream
+    from tests.factories import agent_entry, snapshot
+
+    entries = [agent_entry(snapshot(f"node-{n:02}", 1)) for n in range(50)]
+    before = _samples(render().decode())
+    assert stream.ingest_entries(entries) == ["accepted"] * 50
+    samples = _samples(render().decode())
+    grew = _growth(before, samples)
+    assert grew("gpufleet_ingest_snapshots_total", (("outcome", "accepted"),)) == 50
+    assert grew("gpufleet_ingest_batch_seconds_count") == 1
+    assert grew("gpufleet_ingest_batch_size_count") == 1 and grew("gpufleet_ingest_batch_size_sum") == 50
+    # Counted in the bucket of batches of 50 and over, not in the one below.
+    assert grew("gpufleet_ingest_batch_size_bucket", (("le", "50.0"),)) == 1
+    assert grew("gpufleet_ingest_batch_size_bucket", (("le", "20.0"),)) == 0
+    # The time-per-snapshot histogram, which held each batch's time once per snapshot, is gone.
+    assert not any(name.startswith("gpufleet_ingest_seconds") for name, _ in samples)
 
 
 def test_it_still_answers_when_the_broker_is_unreachable(settings):
