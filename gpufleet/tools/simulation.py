@@ -25,8 +25,10 @@ from django.utils import timezone
 from redis import ConnectionError as BrokerUnreachable
 from redis import TimeoutError as BrokerTimeout
 
-from gpufleet import gpu
+from gpufleet import gpu, wire
 from gpufleet.claims import services as claims
+from gpufleet.core import broker
+from gpufleet.fleet import credentials
 from gpufleet.fleet.models import Node, NodeCredential
 from gpufleet.wire import build_snapshot
 
@@ -226,6 +228,53 @@ def run(
             return
         tick += 1
         sleep(max(0.0, interval - (monotonic() - started)))
+
+
+class NamesTaken(Exception):
+    """Real nodes hold names the simulated fleet would take."""
+
+
+def simulate(count: int, interval: float, *, once: bool, claims_percent: int, seed: int, wait: float,
+             say: Callable[[str], None], warn: Callable[[str], None]) -> None:
+    """`manage.py simulate`: `count` simulated nodes (the same ones for `seed`) registered,
+    then a round every `interval` seconds on the ingest stream, as `run` sends them; after the
+    first round is stored (waiting up to `wait` seconds for the ingest consumers), claims on
+    `claims_percent` of the nodes and the silent ones offline. Raises NamesTaken where real
+    nodes have simulated names, and with `once` the broker's error where it cannot be reached."""
+    fleet = simulated_fleet(count, seed)
+    taken = register(fleet, timezone.now())
+    if taken:
+        raise NamesTaken(f"{len(taken)} real node(s) have simulated names, e.g. {taken[0]!r}: not simulating")
+    run(fleet, signed_sender(fleet), interval, once=once, say=say,
+        after_first_round=lambda sent: _after_first_round(fleet, sent, claims_percent, seed, wait, say, warn))
+
+
+def signed_sender(nodes: Sequence[SimulatedNode]) -> Callable[[dict], None]:
+    """A `send` for `run` that appends each snapshot to the ingest stream, signed as real
+    agents sign, with keys of the simulated nodes' own."""
+    keys = credentials.enroll_many([n.name for n in nodes])
+
+    def send(snapshot: dict) -> None:
+        name = snapshot["node"]
+        if name in keys:  # a revoked one: its agent would have no key to sign with
+            broker.append(wire.encode_entry(keys[name], name, wire.SNAPSHOT, [wire.encode_snapshot(snapshot), None]))
+
+    return send
+
+
+def _after_first_round(nodes: Sequence[SimulatedNode], sent: int, claims_percent: int, seed: int, wait: float,
+                       say: Callable[[str], None], warn: Callable[[str], None]) -> None:
+    """Claims need stored nodes: wait for the ingest consumers to store the first round."""
+    deadline = monotonic() + wait
+    names = [n.name for n in nodes]
+    while (stored := Node.objects.filter(name__in=names, collected_at__isnull=False).count()) < sent:
+        if monotonic() > deadline:
+            warn(f"only {stored} of {sent} snapshots stored after {wait:.0f} s: is `manage.py ingest` running?")
+            break
+        sleep(0.5)
+    made = add_claims(nodes, claims_percent, seed)
+    offline = mark_offline(nodes)
+    say(f"{stored} node(s) stored, {made} claim(s) made, {offline} node(s) silent from now on")
 
 
 def add_claims(nodes: Sequence[SimulatedNode], percent: int, seed: int = 0) -> int:
