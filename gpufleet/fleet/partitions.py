@@ -149,51 +149,6 @@ def drop_older(connection, table: str, cutoff: datetime) -> tuple[list[str], int
     return dropped, deleted
 
 
-def partition_table(connection, table: str, since: datetime, now: datetime) -> None:
-    """Turn `table`, as Django's migration made it, into a partitioned table with the
-    same columns, constraints, indexes (same names) and rows. Partitions are made from
-    `since` on (older rows land in the DEFAULT partition, which retention empties)."""
-    column = LAYOUTS[table].column
-    old = f"{table}_unpartitioned"
-    q = connection.ops.quote_name
-    with connection.cursor() as cursor:
-        cursor.execute(f"ALTER TABLE {q(table)} RENAME TO {q(old)}")
-        # What to rebuild on the new table: constraints but the primary key (foreign
-        # keys, unique, checks), then the indexes no constraint owns.
-        cursor.execute(
-            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
-            " WHERE conrelid = %s::regclass AND contype IN ('f', 'u', 'c') ORDER BY conname",
-            [old],
-        )
-        constraints = cursor.fetchall()
-        cursor.execute(
-            "SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
-            " WHERE i.indrelid = %s::regclass AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)"
-            " ORDER BY c.relname",
-            [old],
-        )
-        indexes = cursor.fetchall()
-        cursor.execute(f"CREATE TABLE {q(table)} (LIKE {q(old)} INCLUDING DEFAULTS) PARTITION BY RANGE ({q(column)})")
-        create_ahead(connection, table, now, since=since)
-        cursor.execute(f"INSERT INTO {q(table)} SELECT * FROM {q(old)}")
-        cursor.execute(f"SELECT COALESCE(MAX(id), 0) FROM {q(old)}")
-        (last_id,) = cursor.fetchone()
-        cursor.execute(f"DROP TABLE {q(old)}")  # with its identity sequence, indexes and constraints
-
-        sequence = f"{table}_id_seq"
-        cursor.execute(f"CREATE SEQUENCE {q(sequence)} OWNED BY {q(table)}.id")
-        cursor.execute(f"ALTER TABLE {q(table)} ALTER COLUMN id SET DEFAULT nextval('{sequence}')")
-        if last_id:
-            cursor.execute("SELECT setval(%s, %s)", [sequence, last_id])
-        cursor.execute(f"ALTER TABLE {q(table)} ADD CONSTRAINT {q(table + '_pkey')} PRIMARY KEY (id, {q(column)})")
-        for name, definition in constraints:
-            cursor.execute(f"ALTER TABLE {q(table)} ADD CONSTRAINT {q(name)} {definition}")
-        for _name, definition in indexes:
-            # "CREATE INDEX x ON public.<old> USING btree (...)": the same index on the new table.
-            on_new = re.sub(rf" ON (\S+\.)?{re.escape(old)} ", f" ON {q(table)} ", definition, count=1)
-            cursor.execute(on_new)
-
-
 def _default_holds(connection, table: str, start: datetime, end: datetime) -> bool:
     column = LAYOUTS[table].column
     with connection.cursor() as cursor:

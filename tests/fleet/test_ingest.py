@@ -341,7 +341,7 @@ def test_the_node_keeps_its_worst_finding_in_words_and_its_gpu_models():
 
 def test_on_postgresql_a_snapshot_rewrites_its_gpus_rows_in_place():
     """The node and GPU tables keep room on each page (fillfactor 50, migration
-    fleet/0012), so each snapshot's new row versions stay beside the old ones (HOT
+    fleet/0001), so each snapshot's new row versions stay beside the old ones (HOT
     updates) instead of adding index entries that later snapshots read through."""
     needs_postgresql()
     with connection.cursor() as cursor:

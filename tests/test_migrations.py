@@ -1,0 +1,42 @@
+"""The migrations: one per app for 0.1.0, each standing on its own (no gpufleet import: a
+migration must make the same schema whatever the application's code becomes), and none
+missing for the models as they are. A schema change after 0.1.0 ships as a new migration
+after these (docs/install-and-upgrade.md) and is added to SHIPPED."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = {app: ["0001_initial"] for app in ("api", "audit", "claims", "fleet", "jobs")}
+
+
+def _migrations() -> dict[str, list[Path]]:
+    return {
+        folder.parent.name: sorted(p for p in folder.glob("*.py") if p.name != "__init__.py")
+        for folder in sorted((REPO / "gpufleet").glob("*/migrations"))
+    }
+
+
+def test_each_app_has_the_migrations_shipped():
+    assert {app: [p.stem for p in files] for app, files in _migrations().items()} == SHIPPED
+
+
+@pytest.mark.parametrize("path", [p for files in _migrations().values() for p in files], ids=lambda p: str(p.relative_to(REPO)))
+def test_no_migration_imports_application_code(path):
+    imported = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            imported += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            imported.append("." * node.level + (node.module or ""))
+    assert [name for name in imported if name.split(".")[0] in ("gpufleet", "")] == []
+
+
+@pytest.mark.django_db
+def test_the_models_need_no_new_migration():
+    call_command("makemigrations", "--check", "--dry-run", verbosity=0)
