@@ -7,8 +7,9 @@ measured in the same run, in a throwaway test database (never the configured one
   group, and with one consumer again for a busy fleet
   (every GPU's figures, and so its findings, new in each snapshot, where the
   others repeat the last snapshot's), in-process one at a time and in batches, beside the
-  floor: the same rows written by raw psycopg with COPY and set-based
-  INSERT ... ON CONFLICT (PostgreSQL only); and from the service's rate, how many
+  floor: the same rows, built by ingest's own row code and written with COPY and set-based
+  INSERT ... ON CONFLICT, without ingest's checks (gpufleet/tools/floors.py; PostgreSQL
+  only); and from the service's rate, how many
   nodes one central host keeps up with at the collect interval;
 - the pages, the node page with 24 h of history, and /metrics, beside Django's own
   admin changelist of the same nodes;
@@ -42,7 +43,7 @@ from django.db import DatabaseError, connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext, setup_test_environment
 
-from gpufleet import gpu, wire
+from gpufleet import wire
 from gpufleet.agent.host import diagnose_this_host
 from gpufleet.core import broker, launch
 from gpufleet.fleet import credentials
@@ -50,6 +51,7 @@ from gpufleet.fleet.models import Device, Finding, Node
 from gpufleet.ingest.services import ingest_snapshot, ingest_snapshots
 from gpufleet.tools import footprint, simulation
 from gpufleet.tools.backfill import add_history
+from gpufleet.tools.floors import CopyFloor, report_csv_copy
 from gpufleet.tools.workers import WorkerDidNotStart, database_url, running_worker
 
 PREFIX = "bench-"
@@ -330,14 +332,13 @@ class Bench:
         rounds = _timed([snapshots] * REAL_PATH_ROUNDS, at)
         wanted = len(snapshots) * len(rounds)
         self._say(f"writing {wanted} snapshots' rows with COPY (the floor) ...")
-        with _raw_connection() as raw:
-            floor = CopyFloor(raw)
-            began = time.perf_counter()
-            stored = 0
-            for batch in rounds:
-                for i in range(0, len(batch), BATCH):
-                    stored += floor.store(batch[i:i + BATCH])
-            elapsed = time.perf_counter() - began
+        floor = CopyFloor()
+        began = time.perf_counter()
+        stored = 0
+        for batch in rounds:
+            for i in range(0, len(batch), BATCH):
+                stored += floor.store(batch[i:i + BATCH])
+        elapsed = time.perf_counter() - began
         if stored != wanted:
             return self._skip(key, f"the floor updated {stored} of {wanted} nodes")
         return wanted / elapsed
@@ -464,15 +465,15 @@ class Bench:
         if connection.vendor != "postgresql":
             self._skip(key, "COPY ... TO STDOUT needs PostgreSQL")
         else:
-            times, size = [], 0
-            with _raw_connection() as raw:
-                for _ in range(repeat):
-                    began = time.perf_counter()
-                    size = 0
-                    with raw.cursor() as cursor, cursor.copy(REPORT_CSV_COPY) as copy:
-                        for data in copy:
-                            size += len(data)
-                    times.append(1000 * (time.perf_counter() - began))
+            times, size, sql = [], 0, report_csv_copy()
+            for _ in range(repeat):
+                began = time.perf_counter()
+                size = 0
+                # psycopg's own cursor, past Django's wrapper: COPY ... TO STDOUT.
+                with connection.cursor() as cursor, cursor.connection.cursor() as raw, raw.copy(sql) as copy:
+                    for data in copy:
+                        size += len(data)
+                times.append(1000 * (time.perf_counter() - began))
             self.figures[key] = round(statistics.median(times), 1)
             self.figures["report_csv_copy_floor_bytes"] = size
         self.figures["ratio_report_csv_to_copy_floor"] = _ratio(self.figures["report_csv_ms"], self.figures[key])
@@ -684,178 +685,4 @@ def _bench_broker(url: str):
     return None
 
 
-# --- The floors: raw psycopg on PostgreSQL ----------------------------------------
-
-
-def _raw_connection():
-    import psycopg
-
-    s = connection.settings_dict
-    return psycopg.connect(dbname=s["NAME"], user=s["USER"] or None, password=s["PASSWORD"] or None,
-                           host=s["HOST"] or "127.0.0.1", port=s["PORT"] or 5432)
-
-
-# The same rows /report.csv writes (gpufleet/fleet/reports.py CSV_COLUMNS): each node's
-# findings, then its current GPUs with their health figures, nodes by name.
-REPORT_CSV_COPY = """COPY (
-SELECT node, code, name, status, message, fix, "row", "index", uuid, pci_bus_id, vram_total_mib, vram_used_mib,
-       utilization_percent, temperature_c, power_draw_w, power_limit_w, ecc_uncorrected_volatile, throttle_reasons,
-       xid_errors, processes, memory_temperature_c, fan_percent, pstate, sm_clock_mhz, sm_clock_max_mhz,
-       persistence_mode, ecc_mode, ecc_corrected_volatile, ecc_uncorrected_aggregate, retired_pages_pending,
-       remapped_rows_correctable, remapped_rows_uncorrectable, remapped_rows_pending, remapped_rows_failure,
-       mig_mode, mig_devices
-FROM (
-  SELECT n.name AS node, 0 AS kind, f.position AS pos, f.code, f.name, f.status, f.message, f.fix, 'finding' AS "row",
-         NULL::int AS "index", NULL AS uuid, NULL AS pci_bus_id, NULL::bigint AS vram_total_mib,
-         NULL::bigint AS vram_used_mib, NULL::int AS utilization_percent, NULL::int AS temperature_c,
-         NULL::float AS power_draw_w, NULL::float AS power_limit_w, NULL AS ecc_uncorrected_volatile,
-         NULL AS throttle_reasons, NULL AS xid_errors, NULL::int AS processes, NULL AS memory_temperature_c,
-         NULL AS fan_percent, NULL AS pstate, NULL AS sm_clock_mhz, NULL AS sm_clock_max_mhz, NULL AS persistence_mode,
-         NULL AS ecc_mode, NULL AS ecc_corrected_volatile, NULL AS ecc_uncorrected_aggregate,
-         NULL AS retired_pages_pending, NULL AS remapped_rows_correctable, NULL AS remapped_rows_uncorrectable,
-         NULL AS remapped_rows_pending, NULL AS remapped_rows_failure, NULL AS mig_mode, NULL AS mig_devices
-  FROM fleet_node n JOIN fleet_finding f ON f.node_id = n.id
-  UNION ALL
-  SELECT n.name, 1, d."index", 'gpu' || d."index", d.name, '', '', '', 'device', d."index", d.uuid, d.pci_bus_id,
-         d.vram_total_mib, d.vram_used_mib, d.utilization_percent, d.temperature_c, d.power_draw_w, d.power_limit_w,
-         d.health->>'ecc_uncorrected_volatile',
-         (SELECT string_agg(t, ' ') FROM jsonb_array_elements_text(
-             CASE jsonb_typeof(d.health->'throttle_reasons') WHEN 'array' THEN d.health->'throttle_reasons' END) t),
-         (SELECT string_agg((x->>'xid') || 'x' || (x->>'count'), ' ') FROM jsonb_array_elements(
-             CASE jsonb_typeof(d.health->'xid_errors') WHEN 'array' THEN d.health->'xid_errors' END) x),
-         CASE jsonb_typeof(d.health->'processes') WHEN 'array' THEN jsonb_array_length(d.health->'processes') ELSE 0 END,
-         d.health->>'memory_temperature_c', d.health->>'fan_percent', d.health->>'pstate', d.health->>'sm_clock_mhz',
-         d.health->>'sm_clock_max_mhz', d.health->>'persistence_mode', d.health->>'ecc_mode',
-         d.health->>'ecc_corrected_volatile', d.health->>'ecc_uncorrected_aggregate',
-         d.health->>'retired_pages_pending', d.health->>'remapped_rows_correctable',
-         d.health->>'remapped_rows_uncorrectable', d.health->>'remapped_rows_pending',
-         d.health->>'remapped_rows_failure', d.health->>'mig_mode',
-         (SELECT string_agg((m->>'profile') || ':' || (m->>'uuid'), ' ') FROM jsonb_array_elements(
-             CASE jsonb_typeof(d.health->'mig_devices') WHEN 'array' THEN d.health->'mig_devices' END) m)
-  FROM fleet_node n JOIN fleet_device d ON d.node_id = n.id AND d.vanished_at IS NULL
-) AS report_rows
-ORDER BY node, kind, pos
-) TO STDOUT WITH (FORMAT csv, HEADER)"""
-
-_NODE_IN = ("name", "collected_at", "present", "driver_version", "runtime_installed", "toolkit_version", "attach",
-            "cdi_spec_files", "cdi_devices", "fixes_allowed", "gpu_count", "vram_total_mib", "vram_used_mib",
-            "utilization_mean", "health", "problem", "gpu_models")
-_DEVICE_IN = ("node_name", "uuid", "index", "name", "vram_total_mib", "vram_used_mib", "utilization_percent",
-              "pci_bus_id", "temperature_c", "power_draw_w", "power_limit_w", "health", "collected_at", "busy")
-_FINDING_IN = ("node_name", "position", "code", "name", "status", "message", "fix")
-
-
-class CopyFloor:
-    """The rows an accepted snapshot of a known node leaves (node updated, its GPUs
-    upserted and those it no longer reports marked vanished, one sample per GPU, its
-    findings replaced), written the cheapest way PostgreSQL offers: COPY into temporary
-    tables, then one set-based statement per table, one transaction per batch. No
-    validation, claims or Xid acknowledgements: a floor, not an ingest."""
-
-    def __init__(self, raw):
-        self.raw = raw
-        with raw.cursor() as cursor:
-            cursor.execute("CREATE TEMP TABLE bench_node_in (name text, collected_at timestamptz, present bool,"
-                           " driver_version text, runtime_installed bool, toolkit_version text, attach text,"
-                           " cdi_spec_files jsonb, cdi_devices jsonb, fixes_allowed jsonb, gpu_count int,"
-                           " vram_total_mib bigint, vram_used_mib bigint, utilization_mean float8, health text,"
-                           " problem text, gpu_models text) ON COMMIT DELETE ROWS")
-            cursor.execute("CREATE TEMP TABLE bench_device_in (node_name text, uuid text, index int, name text,"
-                           " vram_total_mib bigint, vram_used_mib bigint, utilization_percent int, pci_bus_id text,"
-                           " temperature_c int, power_draw_w float8, power_limit_w float8, health jsonb,"
-                           " collected_at timestamptz, busy bool) ON COMMIT DELETE ROWS")
-            cursor.execute("CREATE TEMP TABLE bench_finding_in (node_name text, position int, code text, name text,"
-                           " status text, message text, fix text) ON COMMIT DELETE ROWS")
-        raw.commit()
-        self.idle_util = settings.GPUFLEET_IDLE_UTIL_PERCENT
-
-    def store(self, snapshots: list[dict]) -> int:
-        """Write one batch (distinct nodes) in one transaction; returns the nodes updated."""
-        now = datetime.now(UTC)
-        nodes, devices, findings = [], [], []
-        for s in snapshots:
-            gpus = s["devices"]
-            utils = [d["utilization_percent"] for d in gpus if d.get("utilization_percent") is not None]
-            worst = str(gpu.Status.worst(f["status"] for f in s["findings"]))
-            problem = next((f"{f['name']}: {f['message']}" for f in s["findings"]
-                            if f["status"] == worst and worst != gpu.Status.OK.value), "")
-            nodes.append((s["node"], s["collected_at"], s["present"], s["driver_version"], s["runtime_installed"],
-                          s["toolkit_version"], s["attach"], json.dumps(s["cdi_spec_files"]),
-                          json.dumps(s["cdi_devices"]), json.dumps(s["fixes_allowed"]), len(gpus),
-                          sum(d.get("vram_total_mib") or 0 for d in gpus), sum(d.get("vram_used_mib") or 0 for d in gpus),
-                          sum(utils) / len(utils) if utils else None, worst, problem[:300],
-                          ", ".join(sorted({d["name"] for d in gpus}))[:500]))
-            for d in gpus:
-                health = {k: v for k, v in d.items() if k not in Device.COLUMNS and k != "pci_bus_id"}
-                busy = (d.get("utilization_percent") or 0) >= self.idle_util or bool(d.get("processes"))
-                devices.append((s["node"], d["uuid"], d["index"], d["name"], d.get("vram_total_mib"),
-                                d.get("vram_used_mib"), d.get("utilization_percent"), d.get("pci_bus_id") or "",
-                                d.get("temperature_c"), d.get("power_draw_w"), d.get("power_limit_w"),
-                                json.dumps(health), s["collected_at"], busy))
-            findings += [(s["node"], i, f["code"], f["name"], f["status"], f["message"], f.get("fix", ""))
-                         for i, f in enumerate(s["findings"])]
-        names = [s["node"] for s in snapshots]
-        with self.raw.transaction(), self.raw.cursor() as cursor:
-            for table, columns, rows in (("bench_node_in", _NODE_IN, nodes), ("bench_device_in", _DEVICE_IN, devices),
-                                         ("bench_finding_in", _FINDING_IN, findings)):
-                with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-                    for row in rows:
-                        copy.write_row(row)
-            cursor.execute(
-                "INSERT INTO fleet_node (name, first_seen, last_seen, collected_at, offline, present, driver_version,"
-                " runtime_installed, toolkit_version, attach, cdi_spec_files, cdi_devices, fixes_allowed, gpu_count,"
-                " vram_total_mib, vram_used_mib, utilization_mean, health, problem, gpu_models, gpus_reserved,"
-                " gpus_lost, simulated, refused_total, refused_last_reason)"
-                " SELECT name, %(now)s, %(now)s, collected_at, false, present, driver_version, runtime_installed,"
-                " toolkit_version, attach, cdi_spec_files, cdi_devices, fixes_allowed, gpu_count, vram_total_mib,"
-                " vram_used_mib, utilization_mean, health, problem, gpu_models, 0, 0, false, 0, '' FROM bench_node_in"
-                " ORDER BY name"
-                " ON CONFLICT (name) DO UPDATE SET last_seen = EXCLUDED.last_seen, collected_at = EXCLUDED.collected_at,"
-                " offline = false, present = EXCLUDED.present, driver_version = EXCLUDED.driver_version,"
-                " runtime_installed = EXCLUDED.runtime_installed, toolkit_version = EXCLUDED.toolkit_version,"
-                " attach = EXCLUDED.attach, cdi_spec_files = EXCLUDED.cdi_spec_files,"
-                " cdi_devices = EXCLUDED.cdi_devices, fixes_allowed = EXCLUDED.fixes_allowed,"
-                " gpu_count = EXCLUDED.gpu_count, vram_total_mib = EXCLUDED.vram_total_mib,"
-                " vram_used_mib = EXCLUDED.vram_used_mib, utilization_mean = EXCLUDED.utilization_mean,"
-                " health = EXCLUDED.health, problem = EXCLUDED.problem, gpu_models = EXCLUDED.gpu_models"
-                " WHERE fleet_node.collected_at IS NULL OR fleet_node.collected_at < EXCLUDED.collected_at",
-                {"now": now},
-            )
-            updated = cursor.rowcount
-            cursor.execute(
-                'INSERT INTO fleet_device (node_id, uuid, "index", name, vram_total_mib, vram_used_mib,'
-                " utilization_percent, pci_bus_id, temperature_c, power_draw_w, power_limit_w, health, last_seen,"
-                " vanished_at, first_seen, busy_at)"
-                ' SELECT n.id, i.uuid, i."index", i.name, i.vram_total_mib, i.vram_used_mib, i.utilization_percent,'
-                " i.pci_bus_id, i.temperature_c, i.power_draw_w, i.power_limit_w, i.health, %(now)s, NULL,"
-                " i.collected_at, CASE WHEN i.busy THEN i.collected_at END"
-                " FROM bench_device_in i JOIN fleet_node n ON n.name = i.node_name ORDER BY n.id, i.uuid"
-                ' ON CONFLICT (node_id, uuid) DO UPDATE SET "index" = EXCLUDED."index", name = EXCLUDED.name,'
-                " vram_total_mib = EXCLUDED.vram_total_mib, vram_used_mib = EXCLUDED.vram_used_mib,"
-                " utilization_percent = EXCLUDED.utilization_percent, pci_bus_id = EXCLUDED.pci_bus_id,"
-                " temperature_c = EXCLUDED.temperature_c, power_draw_w = EXCLUDED.power_draw_w,"
-                " power_limit_w = EXCLUDED.power_limit_w, health = EXCLUDED.health, last_seen = EXCLUDED.last_seen,"
-                " vanished_at = NULL, busy_at = COALESCE(EXCLUDED.busy_at, fleet_device.busy_at)",
-                {"now": now},
-            )
-            cursor.execute(
-                "UPDATE fleet_device d SET vanished_at = %(now)s FROM fleet_node n WHERE d.node_id = n.id"
-                " AND n.name = ANY(%(names)s) AND d.vanished_at IS NULL AND d.last_seen <> %(now)s",
-                {"now": now, "names": names},
-            )
-            cursor.execute(
-                "INSERT INTO fleet_devicesample (device_id, collected_at, vram_used_mib, utilization_percent,"
-                " temperature_c, power_draw_w)"
-                " SELECT d.id, i.collected_at, i.vram_used_mib, i.utilization_percent, i.temperature_c, i.power_draw_w"
-                " FROM bench_device_in i JOIN fleet_node n ON n.name = i.node_name"
-                " JOIN fleet_device d ON d.node_id = n.id AND d.uuid = i.uuid"
-            )
-            cursor.execute("DELETE FROM fleet_finding f USING fleet_node n WHERE f.node_id = n.id"
-                           " AND n.name = ANY(%(names)s)", {"names": names})
-            cursor.execute(
-                "INSERT INTO fleet_finding (node_id, position, code, name, status, message, fix)"
-                " SELECT n.id, i.position, i.code, i.name, i.status, i.message, i.fix"
-                " FROM bench_finding_in i JOIN fleet_node n ON n.name = i.node_name"
-            )
-        return updated
 

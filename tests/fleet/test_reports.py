@@ -259,7 +259,7 @@ def test_the_bench_s_copy_floor_exports_the_same_rows_as_the_fleet_csv(viewer_cl
     """The fleet CSV's floor in `manage.py bench` is only a fair peer if it writes what the CSV writes."""
     from django.db import connection
 
-    from gpufleet.tools.bench import REPORT_CSV_COPY
+    from gpufleet.tools.floors import report_csv_copy
     from tests.conftest import missing_service
 
     if connection.vendor != "postgresql":
@@ -267,6 +267,6 @@ def test_the_bench_s_copy_floor_exports_the_same_rows_as_the_fleet_csv(viewer_cl
     _mig_node()
     ingest("beta", 1)
     ours = list(csv.reader(io.StringIO(_body(viewer_client.get("/report.csv")))))
-    with connection.cursor() as cursor, cursor.connection.cursor() as raw, raw.copy(REPORT_CSV_COPY) as copy:
+    with connection.cursor() as cursor, cursor.connection.cursor() as raw, raw.copy(report_csv_copy()) as copy:
         floor = list(csv.reader(io.StringIO(b"".join(bytes(data) for data in copy).decode())))
     assert len(ours) > 3 and ours == floor
