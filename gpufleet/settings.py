@@ -121,6 +121,10 @@ TEMPLATES = [
 ]
 
 WSGI_APPLICATION = "gpufleet.wsgi.application"
+# Where `manage.py web` (gunicorn) listens, and how many worker processes serve (the
+# --bind and --workers of `web`, and of `up` its --bind and --web-workers, override them).
+GPUFLEET_BIND = os.environ.get("GPUFLEET_BIND", "127.0.0.1:8000")
+GPUFLEET_WEB_WORKERS = env_int("GPUFLEET_WEB_WORKERS", 2, minimum=1)
 
 DATABASES = {
     "default": dj_database_url.parse(

@@ -1,7 +1,8 @@
-"""The command lines of gpufleet's long-running processes, in one place. `manage.py up`
-writes them into a Procfile and runs that, `manage.py agent` runs the agent's, and the
-systemd units in gpufleet/deploy/ run the same lines (tests/core/test_deploy_units.py
-compares them, so they cannot drift apart)."""
+"""The command lines of gpufleet's long-running processes, in one place. Each process is
+a manage.py command (`web`, `ingest`, `beat`, `agent`): `manage.py up` writes those into a
+Procfile and runs that, the systemd units in gpufleet/deploy/ run the same commands
+(tests/core/test_deploy_units.py checks both), and each command runs its program's line
+from here with the values of the settings, so no unit or Procfile holds a copy of one."""
 
 from __future__ import annotations
 
@@ -17,29 +18,35 @@ _CELERY = [PYTHON, "-m", "celery", "-A", "gpufleet.celery"]
 _QUIET = ["--without-mingle", "--without-gossip"]
 
 
-def web(bind: str, workers: int = 2) -> list[str]:
-    return [PYTHON, "-m", "gunicorn", "gpufleet.wsgi", "--bind", bind, "--workers", str(workers),
-            "--access-logfile", "-"]
+def command(name: str) -> list[str]:
+    """A manage.py command, run from the checkout (the units' WorkingDirectory, up's cwd)."""
+    return [PYTHON, "manage.py", name]
 
 
 def ingest() -> list[str]:
     """One consumer of the agents' ingest stream (`manage.py ingest`). More of them, on
     this host or others, share the work: each reads its own batches of the group."""
-    return [PYTHON, "manage.py", "ingest"]
-
-
-def central_beat(data_dir: Path) -> list[str]:
-    """The central beat (exactly one per site) in a worker of its own that runs what the
-    beat schedules (queue "housekeeping": offline marking, history rollups and retention,
-    job expiry, claim release), so that work never delays ingest."""
-    return [*_CELERY, "worker", "-Q", "housekeeping", "--pool", "solo", "-n", "housekeeping@%h", *_QUIET,
-            "-B", "-s", str(data_dir / "beat-central"), "-l", "INFO"]
+    return command("ingest")
 
 
 def agent() -> list[str]:
     """This host's agent as a command: `manage.py agent` runs `agent_worker` for the node
     that GPUFLEET_NODE_NAME names (default: the host name)."""
-    return [PYTHON, "manage.py", "agent"]
+    return command("agent")
+
+
+def gunicorn(bind: str, workers: int) -> list[str]:
+    """The web, as `manage.py web` runs it."""
+    return [PYTHON, "-m", "gunicorn", "gpufleet.wsgi", "--bind", bind, "--workers", str(workers),
+            "--access-logfile", "-"]
+
+
+def central_beat(data_dir: Path) -> list[str]:
+    """The central beat (exactly one per site) in a worker of its own that runs what the
+    beat schedules (queue "housekeeping": offline marking, history rollups and retention,
+    job expiry, claim release), so that work never delays ingest; `manage.py beat` runs it."""
+    return [*_CELERY, "worker", "-Q", "housekeeping", "--pool", "solo", "-n", "housekeeping@%h", *_QUIET,
+            "-B", "-s", str(data_dir / "beat-central"), "-l", "INFO"]
 
 
 def agent_worker(node: str, data_dir: Path) -> list[str]:
@@ -65,19 +72,13 @@ def redis_server(binary: str, socket: Path, aclfile: Path) -> list[str]:
             "--proto-max-bulk-len", "1mb", "--aclfile", str(aclfile)]
 
 
-def up_procfile(bind: str, web_workers: int, data_dir: Path, extra_agents: Iterable[str] = (),
-                redis: list[str] | None = None) -> str:
+def up_procfile(extra_agents: Iterable[str] = (), redis: list[str] | None = None) -> str:
     """The Procfile that `manage.py up` runs: web, the ingest consumer, the central beat with
     its housekeeping worker, this host's agent, and one more agent per name in
     `extra_agents` (a demo fleet); first the `redis` command line (`redis_server`) when
     there is one."""
     entries = {"redis": shlex.join(redis)} if redis else {}
-    entries |= {
-        "web": shlex.join(web(bind, web_workers)),
-        "ingest": shlex.join(ingest()),
-        "housekeeping": shlex.join(central_beat(data_dir)),
-        "agent": shlex.join(agent()),
-    }
+    entries |= {name: shlex.join(command(name)) for name in ("web", "ingest", "beat", "agent")}
     for node in extra_agents:
         entries[f"agent-{node}"] = shlex.join(["env", f"GPUFLEET_NODE_NAME={node}", *agent()])
     return "".join(f"{name}: {line}\n" for name, line in entries.items())

@@ -7,7 +7,8 @@ to small memory-mapped files in PROMETHEUS_MULTIPROC_DIR (set by the settings, u
 GPUFLEET_DATA_DIR, before prometheus-client is imported), and the scrape sums the files
 of all processes, living or gone, so the totals survive a worker restart. That costs no
 database write and no broker round trip per snapshot, only a local file update; worker
-and web must share GPUFLEET_DATA_DIR, as they do on the central host."""
+and web must share GPUFLEET_DATA_DIR, as they do on the central host. The files of a
+run are removed at the next start of the site (`manage.py clearmetrics`)."""
 
 from __future__ import annotations
 

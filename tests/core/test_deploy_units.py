@@ -1,5 +1,8 @@
-"""The systemd units in gpufleet/deploy/ run the command lines of gpufleet/core/launch.py,
-and `up`'s Procfile runs the same ones where the two overlap, so neither can drift."""
+"""The systemd units in gpufleet/deploy/ each run exactly `manage.py <command>`, and
+`up`'s Procfile runs the same commands: what a process runs lives in its command
+(gpufleet/core/launch.py) and its settings in the environment file, never in a copy of a
+command line in a unit. The central processes start after the metrics directory was
+emptied, once per start of the site."""
 
 from __future__ import annotations
 
@@ -7,12 +10,21 @@ import shlex
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command, get_commands
 from honcho.environ import parse_procfile
 
 from gpufleet.core import launch
 
 DEPLOY = Path(launch.__file__).resolve().parents[1] / "deploy"
 CHECKOUT, VENV_PYTHON = "/opt/gpufleet", "/opt/gpufleet/.venv/bin/python"
+UNITS = {
+    "gpufleet-web.service": "web",
+    "gpufleet-ingest.service": "ingest",
+    "gpufleet-beat.service": "beat",
+    "gpufleet-agent.service": "agent",
+    "gpufleet-metrics.service": "clearmetrics",
+}
+CENTRAL = ("gpufleet-web.service", "gpufleet-ingest.service", "gpufleet-beat.service")
 
 
 def _env_file(name: str) -> dict[str, str]:
@@ -21,25 +33,17 @@ def _env_file(name: str) -> dict[str, str]:
 
 
 DATA = Path(_env_file("central.env.example")["GPUFLEET_DATA_DIR"])
-UNITS = {
-    "gpufleet-web.service": launch.web("127.0.0.1:8000", 4),
-    "gpufleet-ingest.service": launch.ingest(),
-    "gpufleet-beat.service": launch.central_beat(DATA),
-    "gpufleet-agent.service": launch.agent(),
-}
 
 
-def _service(name: str) -> dict[str, str]:
-    """The [Service] settings of a unit (each key once, as ours are written)."""
-    text = (DEPLOY / name).read_text().split("[Service]", 1)[1].split("\n[", 1)[0]
+def _section(unit: str, section: str = "Service") -> dict[str, str]:
+    """A section's settings of a unit (each key once, as ours are written)."""
+    text = (DEPLOY / unit).read_text().split(f"[{section}]", 1)[1].split("\n[", 1)[0]
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     return dict(line.split("=", 1) for line in lines)
 
 
 def _argv(exec_start: str) -> list[str]:
-    # "%%" is systemd's escape for a literal "%" (celery's "%h" host name).
-    argv = shlex.split(exec_start.replace("%%", "%"))
-    return [launch.PYTHON if arg == VENV_PYTHON else arg for arg in argv]
+    return [launch.PYTHON if arg == VENV_PYTHON else arg for arg in shlex.split(exec_start)]
 
 
 def test_it_has_a_check_for_every_unit():
@@ -47,9 +51,10 @@ def test_it_has_a_check_for_every_unit():
 
 
 @pytest.mark.parametrize("unit", sorted(UNITS))
-def test_it_runs_the_command_line_of_processes_py(unit):
-    service = _service(unit)
-    assert _argv(service["ExecStart"]) == UNITS[unit]
+def test_each_unit_runs_exactly_one_manage_py_command(unit):
+    service = _section(unit)
+    assert service["ExecStart"] == f"{VENV_PYTHON} manage.py {UNITS[unit]}"
+    assert UNITS[unit] in get_commands()
     assert service["WorkingDirectory"] == CHECKOUT  # where the relative "manage.py" is
     env_file = Path(service["EnvironmentFile"])
     assert env_file.parent == Path("/etc/gpufleet")
@@ -57,14 +62,40 @@ def test_it_runs_the_command_line_of_processes_py(unit):
 
 
 def test_it_runs_what_up_runs():
-    procfile = launch.up_procfile("127.0.0.1:8000", 4, DATA, ["demo-1"])
+    procfile = launch.up_procfile(["demo-1"])
     entries = {name: shlex.split(line) for name, line in parse_procfile(procfile).processes.items()}
-    assert entries["web"] == _argv(_service("gpufleet-web.service")["ExecStart"])
-    assert entries["agent"] == _argv(_service("gpufleet-agent.service")["ExecStart"])
+    for name, unit in (("web", "gpufleet-web.service"), ("ingest", "gpufleet-ingest.service"),
+                       ("beat", "gpufleet-beat.service"), ("agent", "gpufleet-agent.service")):
+        assert entries[name] == _argv(_section(unit)["ExecStart"]) == launch.command(name)
     assert entries["agent-demo-1"] == ["env", "GPUFLEET_NODE_NAME=demo-1", *entries["agent"]]
-    assert entries["housekeeping"] == _argv(_service("gpufleet-beat.service")["ExecStart"])
-    # `up` runs one consumer of the ingest stream; the site as many as it likes.
-    assert entries["ingest"] == _argv(_service("gpufleet-ingest.service")["ExecStart"]) == launch.ingest()
+
+
+@pytest.mark.parametrize("unit", CENTRAL)
+def test_the_central_processes_start_after_the_metrics_directory_was_emptied(unit):
+    # Requires= + After=: started after it; and restarting it restarts them around it.
+    assert "gpufleet-metrics.service" in _section(unit, "Unit")["Requires"].split()
+    assert "gpufleet-metrics.service" in _section(unit, "Unit")["After"].split()
+    assert _section(unit)["EnvironmentFile"] == _section("gpufleet-metrics.service")["EnvironmentFile"]
+
+
+def test_the_metrics_directory_is_emptied_once_per_start_of_the_site():
+    service = _section("gpufleet-metrics.service")
+    # Run once, then active while any central process needs it (a restart of one of them
+    # does not run it again), stopped with the last of them (the next start runs it again).
+    assert (service["Type"], service["RemainAfterExit"]) == ("oneshot", "yes")
+    assert _section("gpufleet-metrics.service", "Unit")["StopWhenUnneeded"] == "yes"
+    assert "Install" not in (DEPLOY / "gpufleet-metrics.service").read_text()  # pulled in, never enabled
+
+
+def test_the_web_serves_as_the_environment_file_says(monkeypatch, settings):
+    import gpufleet.core.management.commands.web as web
+
+    central = _env_file("central.env.example")
+    settings.GPUFLEET_BIND, settings.GPUFLEET_WEB_WORKERS = central["GPUFLEET_BIND"], int(central["GPUFLEET_WEB_WORKERS"])
+    ran = []
+    monkeypatch.setattr(web.os, "execv", lambda path, argv: ran.append(argv))
+    call_command("web")
+    assert ran == [launch.gunicorn("127.0.0.1:8000", 4)]
 
 
 def test_it_keeps_agent_and_central_on_the_same_data_dir():

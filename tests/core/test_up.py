@@ -124,12 +124,44 @@ def test_it_gives_up_on_a_crash_loop_and_stops_the_others(tmp_path):
 
 
 def test_it_writes_a_procfile_with_one_entry_per_agent():
-    text = launch.up_procfile("127.0.0.1:9000", 3, Path("/data"), ["demo-1", "demo-2"])
-    entries = parse_procfile(text).processes
-    assert list(entries) == ["web", "ingest", "housekeeping", "agent", "agent-demo-1", "agent-demo-2"]
-    assert entries["agent-demo-2"].startswith("env GPUFLEET_NODE_NAME=demo-2 ")
-    assert "--bind 127.0.0.1:9000 --workers 3" in entries["web"]
-    assert "-s /data/beat-central" in entries["housekeeping"] and "-B" not in entries["ingest"]
+    entries = parse_procfile(launch.up_procfile(["demo-1", "demo-2"])).processes
+    assert list(entries) == ["web", "ingest", "beat", "agent", "agent-demo-1", "agent-demo-2"]
+    # Each a manage.py command, as the deploy's units run them; its settings come with the environment.
+    for name in ("web", "ingest", "beat", "agent"):
+        assert entries[name] == f"{launch.PYTHON} manage.py {name}"
+    assert entries["agent-demo-2"] == f"env GPUFLEET_NODE_NAME=demo-2 {launch.PYTHON} manage.py agent"
+
+
+class _Started:
+    """up's Supervisor, recording what it was given to start (and the metrics folder then)."""
+
+    seen: dict = {}
+
+    def __init__(self, procfile, env, cwd, log_dir):
+        from django.conf import settings
+
+        _Started.seen = {"procfile": procfile.read_text(), "env": env,
+                         "metrics": sorted(p.name for p in settings.GPUFLEET_METRICS_DIR.iterdir())}
+
+    def run(self):
+        return 0
+
+
+@pytest.mark.django_db
+def test_it_empties_the_metrics_folder_before_it_starts_anything_and_passes_its_web_settings_on(
+        monkeypatch, settings, tmp_path):
+    from gpufleet.core.management.commands import up
+
+    settings.DATA_DIR, settings.GPUFLEET_METRICS_DIR = tmp_path, tmp_path / "metrics"
+    settings.GPUFLEET_METRICS_DIR.mkdir()
+    # Left by an earlier run: a process of it that is long gone, and a metric since renamed.
+    (settings.GPUFLEET_METRICS_DIR / "histogram_4242.db").write_bytes(b"\0" * 16)
+    monkeypatch.setenv("CELERY_BROKER_URL", "redis://127.0.0.1:1/0")  # no private Redis
+    monkeypatch.setattr(up, "Supervisor", _Started)
+    call_command("up", "--bind", "127.0.0.1:9000", "--web-workers", "3")
+    assert _Started.seen["metrics"] == []
+    assert _Started.seen["procfile"] == launch.up_procfile()
+    assert (_Started.seen["env"]["GPUFLEET_BIND"], _Started.seen["env"]["GPUFLEET_WEB_WORKERS"]) == ("127.0.0.1:9000", "3")
 
 
 @pytest.mark.parametrize("name", ["demo.1", "demo 1", ""])
@@ -140,7 +172,7 @@ def test_it_refuses_an_agent_name_that_is_no_queue_name(name):
 
 def test_it_puts_the_private_redis_first_without_tcp_append_only_and_with_its_aclfile(tmp_path):
     redis = launch.redis_server("/usr/bin/redis-server", tmp_path / "redis.sock", tmp_path / "users.acl")
-    entries = parse_procfile(launch.up_procfile("127.0.0.1:9000", 2, tmp_path, redis=redis)).processes
+    entries = parse_procfile(launch.up_procfile(redis=redis)).processes
     assert list(entries)[:2] == ["redis", "web"]
     assert f"--port 0 --unixsocket {tmp_path}/redis.sock --unixsocketperm 700 --save '' --appendonly yes" \
         " --appendfsync everysec" in entries["redis"]

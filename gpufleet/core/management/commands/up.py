@@ -4,7 +4,8 @@ default SQLite and a private Redis that `up` starts and stops, so no server need
 setting up).
 
 The processes are the entries of a Procfile written from gpufleet/core/launch.py
-into the data dir on every start; what ran is always in $GPUFLEET_DATA_DIR/Procfile."""
+into the data dir on every start, each a manage.py command as the deploy's units run
+them; what ran is always in $GPUFLEET_DATA_DIR/Procfile."""
 
 from __future__ import annotations
 
@@ -65,8 +66,9 @@ class Command(BaseCommand):
     help = "Run web, ingest consumer, central beat and this host's agent until interrupted."
 
     def add_arguments(self, parser):
-        parser.add_argument("--bind", default=os.environ.get("GPUFLEET_BIND", "127.0.0.1:8000"))
-        parser.add_argument("--web-workers", type=int, default=2)
+        parser.add_argument("--bind", default=settings.GPUFLEET_BIND, help="default GPUFLEET_BIND")
+        parser.add_argument("--web-workers", type=int, default=settings.GPUFLEET_WEB_WORKERS,
+                            help="default GPUFLEET_WEB_WORKERS")
         parser.add_argument(
             "--agent", dest="agents", action="append", default=[], type=_node_name, metavar="NAME",
             help="also run an agent that reports this host's GPUs as node NAME (repeatable; for a demo fleet)",
@@ -86,7 +88,7 @@ class Command(BaseCommand):
 
         broker, redis = self._broker([node, *agents])
         procfile = data / "Procfile"
-        procfile.write_text(launch.up_procfile(bind, web_workers, data, dict.fromkeys(agents), redis))
+        procfile.write_text(launch.up_procfile(dict.fromkeys(agents), redis))
         self.stdout.write(
             f"gpufleet: http://{bind}/  (database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}, "
             f"broker {'private redis' if redis else broker.split('://')[0]}, node {node}, "
@@ -100,6 +102,10 @@ class Command(BaseCommand):
         env = {**os.environ, "CELERY_BROKER_URL": broker, "GPUFLEET_ROLE": "central", "PYTHONUNBUFFERED": "1"}
         # Each agent reads its own key from the data dir (see _enroll), never one for another node.
         env.pop("GPUFLEET_AGENT_KEY", None)
+        env |= {"GPUFLEET_BIND": bind, "GPUFLEET_WEB_WORKERS": str(web_workers)}
+        # Once per run, before any child writes its counts there (on its private Redis, up
+        # refused above to start beside another up of this data dir).
+        call_command("clearmetrics")
         code = Supervisor(procfile, env, cwd=settings.BASE_DIR, log_dir=data / "logs").run()
         if code:
             raise SystemExit(code)
