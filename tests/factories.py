@@ -60,10 +60,6 @@ def hx(**headers) -> dict:
     return {"HTTP_HX_REQUEST": "true", **{f"HTTP_{k.upper()}": v for k, v in headers.items()}}
 
 
-def hours_ago(hours: float) -> datetime:
-    return datetime.now(UTC) - timedelta(hours=hours)
-
-
 def agent_entry(payload, job_id: int | None = None, *, node: str | None = None, key=None,
                 kind: str | None = None) -> dict[bytes, bytes]:
     """The ingest stream entry a node's agent appends (as gpufleet.agent.tasks.send_to_centre

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -37,7 +36,6 @@ from gpufleet.fleet.models import Device, FindingStatus, Node
 # How long a scrape waits for the broker before saying it is unreachable.
 BROKER_TIMEOUT_SECONDS = 0.5
 MIB = 1024 * 1024
-GPU_LABELS = ["node", "gpu", "uuid", "model"]
 _HEALTH_RANK = {status.value: status.rank for status in FindingStatus}
 _DEVICE_COLUMNS = (
     "node__name", "index", "uuid", "name", "utilization_percent", "vram_used_mib", "vram_total_mib",
@@ -199,13 +197,6 @@ def render() -> bytes:
     registry.register(BrokerCollector())
     MultiProcessCollector(registry, path=str(settings.GPUFLEET_METRICS_DIR))
     return "".join(fleet_text()).encode() + generate_latest(registry)
-
-
-def scrape_seconds() -> float:
-    """How long one scrape of the current database takes, for the benchmark."""
-    started = time.perf_counter()
-    render()
-    return time.perf_counter() - started
 
 
 def _refusal(request: HttpRequest) -> HttpResponse | None:

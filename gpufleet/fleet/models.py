@@ -305,12 +305,6 @@ class Device(models.Model):
         first_seen (ingest has them back from its upsert, not as a Device)."""
         return busy_at or first_seen
 
-    @property
-    def vram_percent(self) -> float | None:
-        if not self.vram_total_mib or self.vram_used_mib is None:
-            return None
-        return 100.0 * self.vram_used_mib / self.vram_total_mib
-
     def as_gpu_device(self) -> gpu.Device:
         return gpu.Device.from_dict(self.reported(self.health, {key: getattr(self, key) for key in self.COLUMNS},
                                                   self.pci_bus_id))

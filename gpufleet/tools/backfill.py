@@ -1,18 +1,11 @@
 """History for benchmarks and demos, made the way the site makes it: raw samples
 as ingest writes them, then the housekeeping replayed over their time (roll-ups
-every half hour of it, retention at the end), so the rollups are the real ones. And the
-timing of the node page against Django's admin changelist of the same nodes."""
+every half hour of it, retention at the end), so the rollups are the real ones."""
 
 from __future__ import annotations
 
 import math
-import statistics
-import time
 from datetime import datetime, timedelta
-
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
-from django.urls import reverse
 
 from gpufleet.fleet import history
 from gpufleet.fleet.models import Device, DeviceSample
@@ -55,33 +48,3 @@ def add_history(devices: list[Device], end: datetime, hours: float = 24, every: 
     history.prune(now=end)
     return written
 
-
-def _timed_get(client, url: str) -> tuple[float, int]:
-    with CaptureQueriesContext(connection) as ctx:
-        began = time.perf_counter()
-        response = client.get(url)
-        elapsed = time.perf_counter() - began
-    if response.status_code != 200:
-        raise RuntimeError(f"GET {url} answered {response.status_code}")
-    return 1000 * elapsed, len(ctx)
-
-
-def median_ms(client, url: str, repeat: int = 5) -> tuple[float, int]:
-    """The median time of `repeat` GETs of `url` in ms, and the queries of the last one."""
-    timed = [_timed_get(client, url) for _ in range(repeat)]
-    return statistics.median(ms for ms, _ in timed), timed[-1][1]
-
-
-def node_page_vs_admin(client, node_name: str, repeat: int = 9) -> dict[str, tuple[float, int]]:
-    """The node page with its 24 h charts against Django's admin changelist of the
-    nodes (`client` logged in as a superuser): median ms and queries of each, the two
-    requests taking turns so a busy machine slows both alike."""
-    pages = {
-        "node page 24h": reverse("fleet:node_detail", args=[node_name]) + "?range=24h",
-        "admin node changelist": reverse("admin:fleet_node_changelist"),
-    }
-    timed: dict[str, list[tuple[float, int]]] = {label: [] for label in pages}
-    for _ in range(repeat):
-        for label, url in pages.items():
-            timed[label].append(_timed_get(client, url))
-    return {label: (statistics.median(ms for ms, _ in runs), runs[-1][1]) for label, runs in timed.items()}
