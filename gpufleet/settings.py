@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "gpufleet.claims",
     "gpufleet.jobs",
     "gpufleet.audit",
+    "gpufleet.events",
     "gpufleet.ingest",
     "gpufleet.api",
 ]

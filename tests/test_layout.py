@@ -5,9 +5,11 @@ code points downwards (or within its own package). Lower layers first:
     core                     plumbing (access, roles, htmx, settings helpers, the Celery app)
     wire                     the agent<->central message
     agent                    the node side; never a model
-    audit < fleet < claims, jobs
+    audit < events < fleet < claims, jobs
                              the apps: a claim and a job are on a node, and every app
-                             may write audit rows; claims and jobs never import each other
+                             may write audit rows and events (the fleet's memory, which
+                             names nodes and jobs only by model label); claims and jobs
+                             never import each other
     ingest, api              the top: may use every app
     tools                    the bench, the simulated fleet and their helpers: may use
                              everything, and nothing imports them but manage.py's
@@ -33,9 +35,10 @@ LAYERS = {
     "wire": (2, 0),
     "agent": (3, 0),
     "audit": (4, 0),
-    "fleet": (4, 1),
-    "claims": (4, 2),
-    "jobs": (4, 2),
+    "events": (4, 1),
+    "fleet": (4, 2),
+    "claims": (4, 3),
+    "jobs": (4, 3),
     "ingest": (5, 0),
     "api": (5, 0),
     "tools": (6, 0),
@@ -85,7 +88,7 @@ def _allowed(source: str, target: str) -> bool:
     (s_layer, s_rank), (t_layer, t_rank) = LAYERS[source], LAYERS[target]
     if s_layer != t_layer:
         return t_layer < s_layer
-    return t_rank < s_rank  # within a layer: audit < fleet < claims, jobs; env < celery < core
+    return t_rank < s_rank  # within a layer: audit < events < fleet < claims, jobs; env < celery < core
 
 
 def test_every_package_has_a_place_in_the_order():
