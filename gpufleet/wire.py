@@ -27,12 +27,13 @@ from typing import Any
 from gpufleet import gpu
 from gpufleet.core import broker_acl
 
+# The one version of the snapshot schema the site reads (a change of the schema bumps it:
+# docs/install-and-upgrade.md says how).
 SNAPSHOT_SCHEMA_VERSION = 2
-# Version 1 devices carry only the reference fields; their health fields stay unknown.
-ACCEPTED_SCHEMA_VERSIONS = (1, 2)
 
-# Names of the tasks the centre sends an agent: the wire protocol between them, so they
-# keep the names of the first release. Agents send on the ingest stream (below).
+# Names of the tasks the centre sends an agent: their functions' paths in
+# gpufleet/agent/tasks.py (tests/core/test_task_registry.py). Agents send on the ingest
+# stream (below).
 COLLECT_TASK = "gpufleet.agent.tasks.collect"
 APPLY_FIX_TASK = "gpufleet.agent.tasks.apply_fix"
 
@@ -110,14 +111,11 @@ def encode_snapshot(snapshot: dict) -> str:
     return json.dumps(snapshot, separators=(",", ":"))
 
 
-def decode_snapshot(data: Any) -> Any:
-    """A snapshot as an ingest message carries it: JSON text (encode_snapshot) decoded, an
-    object (what agents sent before the text) as it is. Text that is not JSON is a
-    SnapshotError that says where."""
-    if not isinstance(data, str):
-        return data
+def decode_snapshot(text: str) -> Any:
+    """A snapshot's JSON text as an ingest message carries it (encode_snapshot), decoded.
+    Text that is not JSON is a SnapshotError that says where."""
     try:
-        return json.loads(data)
+        return json.loads(text)
     except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than Python's stack
         raise SnapshotError(f"snapshot is not JSON: {str(exc)[:LINE_MAX]}") from None
 

@@ -12,7 +12,6 @@ from pydantic_core import PydanticCustomError
 
 from gpufleet import gpu
 from gpufleet.wire import (
-    ACCEPTED_SCHEMA_VERSIONS,
     CDI_DEVICES_MAX,
     CDI_SPEC_FILES_MAX,
     CDI_SPEC_PATH_MAX,
@@ -26,6 +25,7 @@ from gpufleet.wire import (
     MIG_SLICES_PER_GPU_MAX,
     OLDEST_SNAPSHOT,
     PROCESSES_PER_GPU_MAX,
+    SNAPSHOT_SCHEMA_VERSION,
     TEXT_MAX,
     XIDS_PER_GPU_MAX,
     CentreOnlyFinding,
@@ -74,7 +74,7 @@ class ContainerIn(BaseModel):
     id: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$")]
     name: _Line
     image: _Line
-    claim: _Line | None = None  # the gpufleet.claim label; older agents do not send it
+    claim: _Line | None  # the gpufleet.claim label, None on a container without one
 
 
 class ProcessIn(BaseModel):
@@ -141,7 +141,7 @@ class FindingIn(BaseModel):
 
 class Snapshot(BaseModel):
     model_config = _Strict
-    schema_version: Literal[ACCEPTED_SCHEMA_VERSIONS]  # type: ignore[valid-type]
+    schema_version: Literal[SNAPSHOT_SCHEMA_VERSION]  # type: ignore[valid-type]
     node: _Name
     collected_at: datetime
     present: bool
@@ -203,8 +203,9 @@ class Snapshot(BaseModel):
 
 
 def parse_snapshot(data: Any) -> Snapshot:
-    """Validate one snapshot as received from the broker (its JSON text, or the decoded
-    object); one validated already is returned as it is."""
+    """Validate one snapshot: its JSON text as an agent sends it, or that text decoded
+    (the ingest passes on the object of one it could not validate, to be refused with
+    its node's name); one validated already is returned as it is."""
     if isinstance(data, Snapshot):
         return data
     if isinstance(data, str):
@@ -215,14 +216,15 @@ def parse_snapshot(data: Any) -> Snapshot:
         try:
             return Snapshot.model_validate_json(data)
         except ValidationError:
-            pass
-    data = decode_snapshot(data)
+            data = decode_snapshot(data)
     if not isinstance(data, dict):
         raise SnapshotError(f"snapshot must be a JSON object, not {type(data).__name__}")
     version = data.get("schema_version")
-    if version not in ACCEPTED_SCHEMA_VERSIONS:
-        accepted = ", ".join(map(str, ACCEPTED_SCHEMA_VERSIONS))
-        raise SnapshotError(f"unsupported schema_version {version!r} (this site reads {accepted})")
+    if version != SNAPSHOT_SCHEMA_VERSION:
+        reason = f"schema_version {repr(version)[:CODE_MAX]} is not read here: this site reads version {SNAPSHOT_SCHEMA_VERSION} only"
+        if type(version) is int:
+            reason += "; upgrade the agent" if version < SNAPSHOT_SCHEMA_VERSION else "; upgrade the site"
+        raise SnapshotError(reason)
     try:
         return Snapshot.model_validate(data)
     except ValidationError as exc:

@@ -95,6 +95,8 @@ def _malformed():
     case("no schema_version", lambda d: d.pop("schema_version"))
     case("future schema_version", lambda d: d.update(schema_version=99))
     case("unknown key", lambda d: d.update(extra=1))
+    case("container without its claim", lambda d: d["devices"][0].update(
+        attached_idle=[{"id": "9e8d", "name": "idle", "image": "cuda:12"}]))
     case("index as text", lambda d: d["devices"][0].update(index="0"))
     case("negative memory", lambda d: d["devices"][0].update(vram_used_mib=-1))
     case("utilization over 100", lambda d: d["devices"][0].update(utilization_percent=101))
@@ -237,7 +239,7 @@ def test_it_stores_every_health_field_and_gives_them_back_as_reported():
 @pytest.mark.parametrize("extra", [
     pytest.param({}, id="plain"),
     pytest.param(HEALTH, id="every-health-field"),
-    pytest.param({"attached_idle": [{"id": "9e8d", "name": "idle", "image": "cuda:12"}], "processes": [],
+    pytest.param({"attached_idle": [{"id": "9e8d", "name": "idle", "image": "cuda:12", "claim": None}], "processes": [],
                   "throttle_reasons": None}, id="attached-idle"),
 ])
 def test_a_reported_gpu_is_the_dict_pydantic_dumps(extra):
@@ -250,16 +252,16 @@ def test_a_reported_gpu_is_the_dict_pydantic_dumps(extra):
     assert gpu.Device.from_dict(reported.as_dict()) == gpu.Device.from_dict(snap["devices"][0])
 
 
-def test_it_still_accepts_a_schema_1_snapshot_from_an_older_agent():
+@pytest.mark.parametrize("version,upgrade", [(1, "the agent"), (3, "the site")])
+def test_a_snapshot_of_another_schema_version_is_refused_saying_which_version_the_site_reads(version, upgrade):
+    assert wire.SNAPSHOT_SCHEMA_VERSION == 2
     snap = snapshot("alpha", 2)
-    snap["schema_version"] = 1
-    for device in snap["devices"]:
-        for key in [k for k in device if k not in ("index", "uuid", "name", "vram_total_mib", "vram_used_mib",
-                                                   "utilization_percent")]:
-            del device[key]
-    assert ingest_snapshot(snap).outcome == ACCEPTED
-    device = Device.objects.get(node__name="alpha", index=0).as_gpu_device()
-    assert device.temperature_c is None and device.xid_errors == () and device.throttle_reasons is None
+    snap["schema_version"] = version
+    for data in (snap, wire.encode_snapshot(snap)):
+        result = ingest_snapshot(data)
+        assert result.outcome == REJECTED
+        assert result.reason == f"schema_version {version} is not read here: this site reads version 2 only; upgrade {upgrade}"
+    assert not Node.objects.exists()
 
 
 @pytest.mark.parametrize(

@@ -79,7 +79,7 @@ def test_it_lists_the_containers_and_processes_on_each_gpu(viewer_client):
     snap = snapshot("alpha", 1)
     snap["devices"][0]["processes"] = [
         {"pid": 4412, "name": "python3", "used_mib": 30720,
-         "container": {"id": "4f1d9c2b8e7a", "name": "trainer", "image": "pytorch/pytorch:2.5.1"}},
+         "container": {"id": "4f1d9c2b8e7a", "name": "trainer", "image": "pytorch/pytorch:2.5.1", "claim": None}},
         {"pid": 6001, "name": "<script>alert(1)</script>", "used_mib": None, "container": None},
     ]
     ingest_snapshot(snap)

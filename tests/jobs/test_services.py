@@ -95,7 +95,7 @@ def test_jobs_the_node_does_not_answer_expire(node, settings):
 
 
 def test_progress_text_is_stored_without_nul_or_control_characters(node):
-    # An agent of an older release sends its fix output as the command printed it.
+    # An agent that does not clean its fix output (a broken or hostile one) sends it as the command printed it.
     job = Job.objects.create(node=node, kind=JobKind.FIX, fix_code="cdi")
     assert services.report_progress(job.pk, "failed", "line\x00one\r\nline\ttwo", "nvidia-ctk \x1b[31mfailed\x00")
     job.refresh_from_db()
