@@ -1,11 +1,13 @@
 """Fixes an agent can apply when asked from the dashboard.
 
-Each finding code maps to fixed argument lists owned here; nothing that came from
-the database or the browser is ever run, and only codes the node's operator
-listed in GPUFLEET_AGENT_FIXES are allowed (none by default)."""
+Each finding code maps to the domain's fixed argument lists (gpufleet/gpu/remedies.py,
+which the findings' fix texts are written from); nothing that came from the database
+or the browser is ever run, and only codes the node's operator listed in
+GPUFLEET_AGENT_FIXES are allowed (none by default)."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from gpufleet import gpu, wire
@@ -14,14 +16,11 @@ from gpufleet.core import agent_settings
 
 FIX_TIMEOUT_S = 300.0
 
-FIX_COMMANDS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "cdi": (("nvidia-ctk", "cdi", "generate", "--output=/etc/cdi/nvidia.yaml"),),
-    "runtime": (
-        ("nvidia-ctk", "runtime", "configure", "--runtime=docker"),
-        ("systemctl", "restart", "docker"),
-    ),
-    "toolkit": (("apt-get", "install", "-y", "nvidia-container-toolkit"),),
-    "persistence": (("nvidia-smi", "-pm", "1"),),
+FIX_COMMANDS: dict[str, gpu.Commands] = {
+    "cdi": gpu.CDI_GENERATE,
+    "runtime": gpu.RUNTIME_CONFIGURE,
+    "toolkit": gpu.TOOLKIT_INSTALL,
+    "persistence": gpu.PERSISTENCE_ON,
 }
 
 
@@ -51,7 +50,7 @@ def apply_fix(code: str, runner: gpu.Runner | None = None) -> FixRun:
     lines: list[str] = []
     for argv in FIX_COMMANDS[code]:
         result = runner.run(argv, timeout=FIX_TIMEOUT_S)
-        lines.append("$ " + " ".join(argv))
+        lines.append("$ " + shlex.join(argv))
         lines.extend(t for t in (result.stdout.rstrip(), result.stderr.rstrip()) if t)
         if not result.ok:
             reason = result.error or f"exited with code {result.exit_code}"

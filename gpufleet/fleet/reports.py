@@ -30,9 +30,10 @@ REPORT_SCHEMA_VERSION = 1
 CHUNK_SIZE = 200
 PROBLEM_STATUSES = (FindingStatus.WARN, FindingStatus.FAIL)
 # A finding row fills the first six columns; a device row ("row" = device) names
-# the GPU in `code`/`name` and fills the GPU columns after `row`. New columns go at
-# the end, so readers of the first six keep working.
-DEVICE_CSV_COLUMNS = (
+# the GPU in `code`/`name` and fills the GPU columns after `row`: the domain's GPU
+# fields (gpu.DEVICE_FIELDS), those the CSV had first in their order, then any other
+# in the domain's, so that a new one comes last and no column moves.
+_FIRST_DEVICE_COLUMNS = (
     "index", "uuid", "pci_bus_id", "vram_total_mib", "vram_used_mib", "utilization_percent", "temperature_c",
     "power_draw_w", "power_limit_w", "ecc_uncorrected_volatile", "throttle_reasons", "xid_errors", "processes",
     "memory_temperature_c", "fan_percent", "pstate", "sm_clock_mhz", "sm_clock_max_mhz", "persistence_mode",
@@ -40,6 +41,12 @@ DEVICE_CSV_COLUMNS = (
     "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure",
     "mig_mode", "mig_devices",
 )
+# Not GPU columns: the name is the row's `name`; the idle containers are on the node's
+# page, not in the export.
+NOT_DEVICE_CSV_COLUMNS = ("name", "attached_idle")
+DEVICE_CSV_COLUMNS = (*_FIRST_DEVICE_COLUMNS, *(
+    field for field in gpu.DEVICE_FIELDS if field not in _FIRST_DEVICE_COLUMNS and field not in NOT_DEVICE_CSV_COLUMNS
+))
 CSV_COLUMNS = ("node", "code", "name", "status", "message", "fix", "row", *DEVICE_CSV_COLUMNS)
 FORMATS = {
     "json": "application/json",
@@ -210,14 +217,17 @@ def _csv_rows(chunk: list[tuple[int, str]], only_problems: bool) -> Iterator[lis
 _NO_DEVICE = ("",) * len(DEVICE_CSV_COLUMNS)
 
 
+# How the GPU fields that are lists read in one cell; every other field is its value.
+LIST_CELLS = {
+    "throttle_reasons": lambda reasons: " ".join(reasons or ()),
+    "xid_errors": lambda xids: " ".join(f"{x['xid']}x{x['count']}" for x in xids or ()),
+    "processes": lambda processes: len(processes or ()),
+    "mig_devices": lambda slices: " ".join(f"{m['profile']}:{m['uuid']}" for m in slices or ()),
+}
+
+
 def _device_row(node: str, d: dict) -> list:
-    lists = {
-        "throttle_reasons": " ".join(d.get("throttle_reasons") or ()),
-        "xid_errors": " ".join(f"{x['xid']}x{x['count']}" for x in d.get("xid_errors") or ()),
-        "processes": len(d.get("processes") or ()),
-        "mig_devices": " ".join(f"{m['profile']}:{m['uuid']}" for m in d.get("mig_devices") or ()),
-    }
-    cells = [lists[c] if c in lists else d.get(c) for c in DEVICE_CSV_COLUMNS]
+    cells = [LIST_CELLS[c](d.get(c)) if c in LIST_CELLS else d.get(c) for c in DEVICE_CSV_COLUMNS]
     return [safe_cell(node), f"gpu{d['index']}", safe_cell(d["name"]), "", "", "", "device", *map(_cell, cells)]
 
 

@@ -6,7 +6,7 @@ is plain logic that tests drive with fakes.
 
 from gpufleet.gpu.devices import (
     ALL_FIELDS,
-    INSTALL_COMMAND,
+    DEVICE_FIELDS,
     INSTALL_HINT,
     NESTED_DEVICE_FIELDS,
     NVIDIA_GPU_CDI_PREFIX,
@@ -31,11 +31,9 @@ from gpufleet.gpu.devices import (
 )
 from gpufleet.gpu.diagnosis import (
     CDI_ENABLE_HINT,
-    CDI_GENERATE_COMMAND,
     DEFAULT_TEMPERATURE_WARN_C,
     DEFAULT_VRAM_WARN_PERCENT,
     DRIVER_HINT,
-    PERSISTENCE_COMMAND,
     TOOLKIT_ARGV,
     Attach,
     Finding,
@@ -67,6 +65,17 @@ from gpufleet.gpu.ledger import (
     UnknownDevice,
 )
 from gpufleet.gpu.placement import PLACEMENT_REASONS, Candidate, Fit, Placement, PlacementRequest, RuledOut, place
+from gpufleet.gpu.remedies import (
+    CDI_GENERATE,
+    CDI_GENERATE_COMMAND,
+    INSTALL_COMMAND,
+    PERSISTENCE_COMMAND,
+    PERSISTENCE_ON,
+    RUNTIME_CONFIGURE,
+    TOOLKIT_INSTALL,
+    Commands,
+    command_text,
+)
 from gpufleet.gpu.usage import IdleRule, claim_use_findings
 from gpufleet.gpu.xid import (
     DEFAULT_XID_WINDOW_HOURS,
@@ -81,6 +90,13 @@ from gpufleet.gpu.xid import (
 
 __all__ = [
     "ALL_FIELDS",
+    "CDI_GENERATE",
+    "Commands",
+    "DEVICE_FIELDS",
+    "PERSISTENCE_ON",
+    "RUNTIME_CONFIGURE",
+    "TOOLKIT_INSTALL",
+    "command_text",
     "CDI_ENABLE_HINT",
     "CDI_GENERATE_COMMAND",
     "CDI_SPEC_SUFFIXES",

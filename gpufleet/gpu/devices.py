@@ -13,6 +13,7 @@ from dataclasses import MISSING, dataclass, fields, replace
 
 from gpufleet.gpu.interfaces import COMMAND_TIMEOUT_S, CommandResult, DockerInfo, Runner
 from gpufleet.gpu.processes import Container, GpuProcess
+from gpufleet.gpu.remedies import INSTALL_COMMAND
 
 
 @dataclass(frozen=True)
@@ -138,11 +139,6 @@ def _old_name(field: SmiField) -> SmiField | None:
     return None
 
 
-INSTALL_COMMAND = (
-    "sudo apt-get install -y nvidia-container-toolkit"
-    " && sudo nvidia-ctk runtime configure --runtime=docker"
-    " && sudo systemctl restart docker"
-)
 INSTALL_HINT = (
     "NVIDIA GPUs are present but Docker cannot attach them: it has neither the nvidia runtime"
     " nor NVIDIA CDI devices. Install the NVIDIA Container Toolkit and register it with Docker: "
@@ -244,24 +240,23 @@ class Device:
 
     @classmethod
     def from_dict(cls, data: dict) -> Device:
-        """The inverse of to_dict; keys an older agent did not send stay unknown."""
+        """The inverse of to_dict. A key an agent did not send stays unknown; a key that
+        is no field of a Device is refused (ValueError), never dropped."""
+        if unknown := data.keys() - _DEVICE_FIELDS:
+            raise ValueError(f"not fields of a GPU: {', '.join(sorted(map(str, unknown)))}")
+        if missing := _REQUIRED_DEVICE_FIELDS - data.keys():
+            raise TypeError(f"a Device needs {', '.join(sorted(missing))}")
         values = dict(data)
-        for key in values.keys() - _PLAIN_DEVICE_FIELDS:  # the nested ones, made below, and unknown ones
-            del values[key]
-        # Most GPUs have none of these, and the fields' defaults say so: the site makes
-        # one of these for each GPU of each snapshot it stores.
-        if mig_devices := data.get("mig_devices"):
-            values["mig_devices"] = tuple(MigDevice(**m) for m in mig_devices)
-        if xid_errors := data.get("xid_errors"):
-            values["xid_errors"] = tuple(XidCount(**x) for x in xid_errors)
-        if processes := data.get("processes"):
-            values["processes"] = tuple(_process_from_dict(values["uuid"], p) for p in processes)
-        if attached_idle := data.get("attached_idle"):
-            values["attached_idle"] = tuple(Container(**c) for c in attached_idle)
+        if "mig_devices" in values:
+            values["mig_devices"] = tuple(MigDevice(**m) for m in values["mig_devices"])
+        if "xid_errors" in values:
+            values["xid_errors"] = tuple(XidCount(**x) for x in values["xid_errors"])
+        if "processes" in values:
+            values["processes"] = tuple(_process_from_dict(values["uuid"], p) for p in values["processes"])
+        if "attached_idle" in values:
+            values["attached_idle"] = tuple(Container(**c) for c in values["attached_idle"])
         if values.get("throttle_reasons") is not None:
             values["throttle_reasons"] = tuple(values["throttle_reasons"])
-        if missing := _REQUIRED_DEVICE_FIELDS - values.keys():
-            raise TypeError(f"a Device needs {', '.join(sorted(missing))}")
         # A frozen dataclass's __init__ sets each field through object.__setattr__: 7 us
         # for these 31, most of making one, and the site makes one for each GPU of each
         # snapshot it stores. The values are the fields as they are, so they go where
@@ -276,10 +271,13 @@ class Device:
         return pci_address(self.pci_bus_id or "")
 
 
-_DEVICE_FIELDS = frozenset(f.name for f in fields(Device))
+# What a GPU is, field by field: the one list the wire schema (gpufleet/ingest/schema.py),
+# the stored rows (fleet Device: its columns, the rest in `health`) and the exports follow;
+# tests/fleet/test_device_schema.py fails where one of them does not.
+DEVICE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Device))
+_DEVICE_FIELDS = frozenset(DEVICE_FIELDS)
 # A Device's fields that hold lists of records of their own (dicts in to_dict's form).
 NESTED_DEVICE_FIELDS = ("mig_devices", "xid_errors", "processes", "attached_idle")
-_PLAIN_DEVICE_FIELDS = _DEVICE_FIELDS - set(NESTED_DEVICE_FIELDS)
 _REQUIRED_DEVICE_FIELDS = frozenset(f.name for f in fields(Device) if f.default is MISSING)
 
 

@@ -13,9 +13,10 @@ from enum import StrEnum
 
 from gpufleet.gpu import processes
 from gpufleet.gpu import xid as xids
-from gpufleet.gpu.devices import INSTALL_COMMAND, Device, Info, SmiQuery, command_failure, detect
+from gpufleet.gpu.devices import Device, Info, SmiQuery, command_failure, detect
 from gpufleet.gpu.interfaces import COMMAND_TIMEOUT_S, DockerFacts, DockerInfo, Runner
 from gpufleet.gpu.ledger import Ledger
+from gpufleet.gpu.remedies import CDI_GENERATE_COMMAND, INSTALL_COMMAND, PERSISTENCE_COMMAND
 
 
 class Status(StrEnum):
@@ -53,7 +54,6 @@ class Attach(StrEnum):
 
 DEFAULT_VRAM_WARN_PERCENT = 90.0
 DEFAULT_TEMPERATURE_WARN_C = 85
-PERSISTENCE_COMMAND = "sudo nvidia-smi -pm 1"
 KERNEL_LOG_HINT = (
     "Let the agent read the kernel log: run it as root or with CAP_SYSLOG,"
     " or allow it for everyone with sudo sysctl -w kernel.dmesg_restrict=0"
@@ -99,8 +99,6 @@ def smi_failure_remedy(reason: str) -> str:
     return next((remedy for words, remedy in SMI_FAILURE_REMEDIES if words in said), DRIVER_HINT)
 
 
-# Writes the NVIDIA CDI spec that CDI attach needs.
-CDI_GENERATE_COMMAND = "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
 # The remedy when a spec exists but Docker lists no CDI devices.
 CDI_ENABLE_HINT = (
     "Upgrade Docker to 28.3 or later, which enables CDI and lists its devices;"

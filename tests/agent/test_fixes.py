@@ -6,9 +6,11 @@ import json
 
 import pytest
 
+from gpufleet import gpu
 from gpufleet.agent import fixes
-from gpufleet.gpu import CommandResult
-from tests.fakes.recorded import DATA_DIR
+from gpufleet.gpu import CommandResult, DockerInfo
+from tests.fakes.memory import FakeDocker, host
+from tests.fakes.recorded import DATA_DIR, recording
 
 
 class RecordingRunner:
@@ -70,3 +72,14 @@ def test_every_fix_is_plain_argv_with_no_shell(code):
     for argv in fixes.FIX_COMMANDS[code]:
         assert isinstance(argv, tuple) and all(isinstance(a, str) for a in argv)
         assert argv[0] not in ("sh", "bash") and not any(c in " ".join(argv) for c in ";|&$`")
+
+
+def test_each_fix_runs_the_commands_its_finding_shows():
+    """A finding's fix text is written from the argv lists the agent runs (gpu/remedies.py):
+    the agent runs the shown command, or (toolkit, runtime) the part of it for its code."""
+    no_toolkit = gpu.diagnose_host(host(smi=recording("health/smi-2x-geforce.csv"), ctk=None),
+                                   FakeDocker(DockerInfo(runtimes=("runc",))), ())
+    shown = {f.code: f.fix for f in no_toolkit.findings if f.fix_is_command}
+    assert set(fixes.FIX_COMMANDS) <= set(shown)
+    for code, commands in fixes.FIX_COMMANDS.items():
+        assert gpu.command_text(commands) in shown[code], code

@@ -5,9 +5,13 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.gpu import (
+    ALL_FIELDS,
+    DEVICE_FIELDS,
     INSTALL_HINT,
+    NESTED_DEVICE_FIELDS,
     REFERENCE_FIELDS,
     REFERENCE_QUERY_ARGV,
+    THROTTLE_REASONS,
     Device,
     DockerInfo,
     Info,
@@ -354,9 +358,9 @@ def test_from_dict_makes_the_device_its_constructor_makes():
         processes=(GpuProcess("GPU-1", 7, "python3", 500, Container("4f1d", "trainer", "pytorch", "job")),),
         attached_idle=(Container("9e8d", "idle", "cuda", None),),
     )
-    device = Device.from_dict({**FULL, "made_up": 1})
+    device = Device.from_dict(FULL)
     assert device == made and hash(device) == hash(made) and repr(device) == repr(made)
-    assert device.ecc_mode is None and not hasattr(device, "made_up")
+    assert device.ecc_mode is None
     assert Device.from_dict(made.to_dict()) == made
     with pytest.raises(AttributeError):
         device.index = 2
@@ -365,6 +369,19 @@ def test_from_dict_makes_the_device_its_constructor_makes():
 def test_from_dict_leaves_what_an_older_agent_did_not_send_unknown():
     reference = {k: FULL[k] for k in ("index", "uuid", "name", "vram_total_mib", "vram_used_mib", "utilization_percent")}
     assert Device.from_dict(reference) == Device(**reference)
+
+
+def test_what_nvidia_smi_is_asked_for_is_the_device_s_fields():
+    """Each field of the query lands in a Device field of the same key, but the clock-event
+    reasons (together throttle_reasons) and the driver version (the host's); the Device's
+    other fields are its lists, which other commands fill."""
+    asked = {f.key for f in ALL_FIELDS} - set(THROTTLE_REASONS) - {"driver_version"}
+    assert asked == set(DEVICE_FIELDS) - set(NESTED_DEVICE_FIELDS) - {"throttle_reasons"}
+
+
+def test_from_dict_refuses_a_key_that_is_no_field_rather_than_drop_it():
+    with pytest.raises(ValueError, match="not fields of a GPU: made_up, memory_temp"):
+        Device.from_dict({**FULL, "made_up": 1, "memory_temp": 40})
 
 
 def test_from_dict_refuses_a_device_without_its_identity():
