@@ -52,6 +52,9 @@ def node_key_prefix(node: str) -> str:
 # The longest texts and lists a snapshot may carry. The agent cuts what it sends
 # to these (fit_snapshot), so the site never has to reject a real host's snapshot.
 TEXT_MAX, LINE_MAX, CODE_MAX = 4000, 200, 64
+DRIVER_VERSION_MAX = 64
+# The finding codes an agent may say it fixes (a few: gpufleet/agent/fixes.py).
+FIXES_ALLOWED_MAX = 64
 CDI_SPEC_FILES_MAX, CDI_SPEC_PATH_MAX, CDI_DEVICES_MAX = 256, 4096, 4096
 # What one node may report, in all as well as per GPU: the largest real hosts with
 # room to spare (16 GPUs in the largest DGX, 32 behind PCIe switches; MIG cuts a GPU
@@ -167,7 +170,7 @@ def fit_snapshot(data: dict) -> dict:
             return items[:limit]
         return items
 
-    data["driver_version"] = _text(data["driver_version"], 64, one_line=True)
+    data["driver_version"] = _text(data["driver_version"], DRIVER_VERSION_MAX, one_line=True)
     data["toolkit_version"] = _text(data["toolkit_version"], LINE_MAX, one_line=True)
     data["cdi_spec_files"] = [
         _text(p, CDI_SPEC_PATH_MAX, one_line=True)

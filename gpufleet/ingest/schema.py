@@ -19,7 +19,9 @@ from gpufleet.wire import (
     CODE_MAX,
     CONTAINERS_PER_GPU_MAX,
     DEVICE_LISTS,
+    DRIVER_VERSION_MAX,
     FINDINGS_MAX,
+    FIXES_ALLOWED_MAX,
     GPUS_PER_NODE_MAX,
     LINE_MAX,
     MIG_SLICES_PER_GPU_MAX,
@@ -145,7 +147,7 @@ class Snapshot(BaseModel):
     node: _Name
     collected_at: datetime
     present: bool
-    driver_version: Annotated[str, Field(max_length=64, pattern=_ONE_LINE)]
+    driver_version: Annotated[str, Field(max_length=DRIVER_VERSION_MAX, pattern=_ONE_LINE)]
     devices: Annotated[list[DeviceIn], Field(max_length=GPUS_PER_NODE_MAX)]
     runtime_installed: bool
     toolkit_version: _Line
@@ -155,7 +157,7 @@ class Snapshot(BaseModel):
     cdi_devices: Annotated[list[_Line], Field(max_length=CDI_DEVICES_MAX)]
     attach: Literal["cdi", "legacy", "none"]
     findings: Annotated[list[FindingIn], Field(min_length=1, max_length=FINDINGS_MAX)]
-    fixes_allowed: Annotated[list[_Code], Field(max_length=64)] = []
+    fixes_allowed: Annotated[list[_Code], Field(max_length=FIXES_ALLOWED_MAX)] = []
 
     @field_validator("collected_at", mode="before")
     @classmethod

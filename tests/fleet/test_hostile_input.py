@@ -96,11 +96,13 @@ def test_the_agent_cuts_oversized_output_to_the_schema_and_says_so():
     snap = snapshot("alpha", 2)
     snap["cdi_devices"] = [f"nvidia.com/gpu={i}:{j}" for i in range(8) for j in range(700)]
     snap["devices"][0]["name"] = "N" * 300
+    snap["driver_version"] = "570." * 30
     snap["findings"][0]["message"] = "line one\r\nline\x00two"
     fitted = fit_snapshot(copy.deepcopy(snap))
     parse_snapshot(fitted)  # the site accepts what the agent now sends
     assert len(fitted["cdi_devices"]) == CDI_DEVICES_MAX
     assert len(fitted["devices"][0]["name"]) == LINE_MAX
+    assert len(fitted["driver_version"]) == wire.DRIVER_VERSION_MAX
     assert "\x00" not in fitted["findings"][0]["message"]
     clipped = fitted["findings"][-1]
     assert clipped["code"] == "snapshot-clipped" and "5600 CDI devices, kept 4096" in clipped["message"]
