@@ -37,16 +37,14 @@ PRODUCTION = env_bool("GPUFLEET_PRODUCTION", False)
 if PRODUCTION and DEBUG:
     raise SettingError("DEBUG must be off in production (GPUFLEET_PRODUCTION=true)")
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
-# GPUFLEET_REQUIRE_SECRET_KEY is the older switch, still honoured.
-_REQUIRE_SECRETS = PRODUCTION or (not DEBUG and env_bool("GPUFLEET_REQUIRE_SECRET_KEY", False))
 if SECRET_KEY.startswith("CHANGE-ME") and PRODUCTION:
     raise SettingError("SECRET_KEY is still the example's placeholder: set a long random one")
-if SECRET_KEY and _REQUIRE_SECRETS:
+if SECRET_KEY and PRODUCTION:
     # Node keys derive from it too, and one signed message read off the broker lets anyone
     # test guesses offline: a short key falls.
     require_strong_secret("SECRET_KEY", SECRET_KEY)
 if not SECRET_KEY:
-    if _REQUIRE_SECRETS:
+    if PRODUCTION:
         raise SettingError("SECRET_KEY must be set in production")
     # Single-machine default: a key generated once and kept beside the database,
     # so sessions survive restarts without anyone shipping a known key.
@@ -261,11 +259,8 @@ GPUFLEET_RELEASE_EXPIRED = env_bool("GPUFLEET_RELEASE_EXPIRED", False)
 GPUFLEET_IDLE_UTIL_PERCENT = env_float("GPUFLEET_IDLE_UTIL_PERCENT", 5.0, minimum=0.0)
 GPUFLEET_IDLE_HOURS = env_float("GPUFLEET_IDLE_HOURS", 24.0, minimum=0.0001)
 # Per-GPU history: raw samples for hours, five-minute rollups for days, hourly ones
-# for months (gpufleet/fleet/history.py). GPUFLEET_HISTORY_RETENTION_HOURS is the
-# raw series' older name, still honoured.
-GPUFLEET_HISTORY_RAW_HOURS = env_float(
-    "GPUFLEET_HISTORY_RAW_HOURS", env_float("GPUFLEET_HISTORY_RETENTION_HOURS", 6.0, minimum=1.0), minimum=1.0
-)
+# for months (gpufleet/fleet/history.py).
+GPUFLEET_HISTORY_RAW_HOURS = env_float("GPUFLEET_HISTORY_RAW_HOURS", 6.0, minimum=1.0)
 GPUFLEET_HISTORY_5M_DAYS = env_float("GPUFLEET_HISTORY_5M_DAYS", 7.0, minimum=1.0)
 GPUFLEET_HISTORY_HOURLY_DAYS = env_float("GPUFLEET_HISTORY_HOURLY_DAYS", 90.0, minimum=1.0)
 # Finding codes this host's agent may fix when asked (comma-separated); none by default.
@@ -276,7 +271,7 @@ GPUFLEET_JOB_TIMEOUT = _AGENT.GPUFLEET_JOB_TIMEOUT
 # Node identity (wire.sign / wire.verify). The centre derives each node's key from
 # GPUFLEET_SIGNING_KEY (by default SECRET_KEY) with wire.derive_node_key; changing it re-keys
 # every node.
-if os.environ.get("GPUFLEET_SIGNING_KEY") and _REQUIRE_SECRETS:
+if os.environ.get("GPUFLEET_SIGNING_KEY") and PRODUCTION:
     require_strong_secret("GPUFLEET_SIGNING_KEY", os.environ["GPUFLEET_SIGNING_KEY"])
 GPUFLEET_SIGNING_KEY = (os.environ.get("GPUFLEET_SIGNING_KEY") or SECRET_KEY).encode()
 # This agent's key, as `manage.py enroll NODE` prints it; `up` leaves its local agents'

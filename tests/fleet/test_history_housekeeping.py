@@ -143,10 +143,8 @@ def _settings_in_a_fresh_process(**env) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**clean, **env}, capture_output=True, text=True)
 
 
-def test_retention_settings_have_defaults_and_the_old_name_still_works():
+def test_retention_settings_have_defaults():
     assert _settings_in_a_fresh_process().stdout.split() == ["6.0", "7.0", "90.0"]
-    assert _settings_in_a_fresh_process(GPUFLEET_HISTORY_RETENTION_HOURS="12").stdout.split()[0] == "12.0"
-    new_wins = _settings_in_a_fresh_process(GPUFLEET_HISTORY_RETENTION_HOURS="12", GPUFLEET_HISTORY_RAW_HOURS="3")
-    assert new_wins.stdout.split()[0] == "3.0"
+    assert _settings_in_a_fresh_process(GPUFLEET_HISTORY_RAW_HOURS="3").stdout.split()[0] == "3.0"
     bad = _settings_in_a_fresh_process(GPUFLEET_HISTORY_5M_DAYS="a week")
     assert bad.returncode != 0 and "GPUFLEET_HISTORY_5M_DAYS='a week' is not a number" in bad.stderr

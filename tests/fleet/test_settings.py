@@ -57,7 +57,7 @@ def test_start_up_refuses_a_bad_collect_interval(tmp_path):
 
 
 def test_production_refuses_to_start_without_a_secret_key(tmp_path):
-    env = {**os.environ, "GPUFLEET_REQUIRE_SECRET_KEY": "true", "GPUFLEET_DATA_DIR": str(tmp_path)}
+    env = {**os.environ, "GPUFLEET_PRODUCTION": "true", "GPUFLEET_DATA_DIR": str(tmp_path)}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     env.pop("SECRET_KEY", None)
     proc = subprocess.run([sys.executable, "manage.py", "check"], cwd=REPO, env=env, capture_output=True, text=True)
