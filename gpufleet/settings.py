@@ -263,6 +263,13 @@ GPUFLEET_IDLE_HOURS = env_float("GPUFLEET_IDLE_HOURS", 24.0, minimum=0.0001)
 GPUFLEET_HISTORY_RAW_HOURS = env_float("GPUFLEET_HISTORY_RAW_HOURS", 6.0, minimum=1.0)
 GPUFLEET_HISTORY_5M_DAYS = env_float("GPUFLEET_HISTORY_5M_DAYS", 7.0, minimum=1.0)
 GPUFLEET_HISTORY_HOURLY_DAYS = env_float("GPUFLEET_HISTORY_HOURLY_DAYS", 90.0, minimum=1.0)
+# Events (gpufleet/events, docs/events.md): a condition opens an event once it held this
+# long, and closes it once it stayed clear this long (a condition back sooner continues
+# it); closed events are kept this many days. Detection at ingest can be turned off.
+GPUFLEET_EVENT_OPEN_AFTER_S = env_float("GPUFLEET_EVENT_OPEN_AFTER_S", 0.0, minimum=0.0)
+GPUFLEET_EVENT_CLOSE_AFTER_S = env_float("GPUFLEET_EVENT_CLOSE_AFTER_S", float(GPUFLEET_COLLECT_INTERVAL), minimum=0.0)
+GPUFLEET_EVENT_RETENTION_DAYS = env_float("GPUFLEET_EVENT_RETENTION_DAYS", 365.0, minimum=1.0)
+GPUFLEET_EVENTS_AT_INGEST = env_bool("GPUFLEET_EVENTS_AT_INGEST", True)
 # Finding codes this host's agent may fix when asked (comma-separated); none by default.
 GPUFLEET_AGENT_FIXES = _AGENT.GPUFLEET_AGENT_FIXES
 # How long "diagnose now" waits for the node before saying it did not answer.
@@ -341,6 +348,7 @@ CELERY_TASK_ROUTES = {
     "gpufleet.fleet.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
     "gpufleet.jobs.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
     "gpufleet.claims.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
+    "gpufleet.events.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
@@ -381,5 +389,15 @@ else:
             "task": "gpufleet.claims.tasks.release_expired",
             "schedule": 60.0,
             "options": {"expires": 60.0},
+        },
+        # Events that stayed clear while nothing observed them close (gpufleet/events/services.py).
+        "close-events": {
+            "task": "gpufleet.events.tasks.close_cleared",
+            "schedule": GPUFLEET_COLLECT_INTERVAL,
+            "options": {"expires": GPUFLEET_COLLECT_INTERVAL},
+        },
+        "prune-events": {
+            "task": "gpufleet.events.tasks.prune_events",
+            "schedule": 3600.0,
         },
     }

@@ -17,6 +17,7 @@ from django.utils import timezone
 from gpufleet import gpu
 from gpufleet.claims.models import Claim
 from gpufleet.core import bulk
+from gpufleet.events import services as events
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
 from gpufleet.fleet.xid_acks import apply_acknowledgements
 from gpufleet.ingest.refusals import count_refusals
@@ -174,6 +175,7 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
     if changed_claims:
         Claim.objects.bulk_update(changed_claims, ["missing_devices", "idle_since"])
     _store_findings(all_findings)
+    events.record_snapshots([(node, each, gpus[node.pk], lost[node.pk]) for node, each in all_findings], now)
     bulk.update(Node, [node for node, _ in fresh], _NODE_FIELDS)
     return results
 
