@@ -29,6 +29,33 @@ def needs_postgresql() -> None:
         missing_service("the test database is not PostgreSQL (set DATABASE_URL=postgres://...)")
 
 
+@pytest.fixture(autouse=True)
+def _postgresql_only(request):
+    # Marked tests need PostgreSQL; CI's SQLite pass deselects them (-m "not postgresql").
+    if request.node.get_closest_marker("postgresql"):
+        request.getfixturevalue("db")
+        needs_postgresql()
+
+
+DATABASE_FIXTURES = {"db", "transactional_db", "live_server"}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--database-tests-only", action="store_true",
+        help="run only the tests that use the database (CI's second pass, on the other dialect)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--database-tests-only"):
+        return
+    uses = [bool(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("django_db"))
+            for item in items]
+    config.hook.pytest_deselected(items=[item for item, used in zip(items, uses, strict=True) if not used])
+    items[:] = [item for item, used in zip(items, uses, strict=True) if used]
+
+
 def _persona(django_user_model, username: str, role: str | None):
     from django.contrib.auth.models import Group
 
@@ -103,6 +130,12 @@ class StreamOutbox(list):
     def xadd(self, name, fields, **options):
         self.append(fields)
         return b"0-%d" % len(self)
+
+    def fcall(self, function, numkeys, *args):
+        """The append function (gpufleet/core/broker.py): its arguments as the entry's fields."""
+        from gpufleet.core import broker
+
+        return self.xadd(function, dict(zip(broker.ENTRY_ORDER, args, strict=True)))
 
     def kinds(self) -> list[str]:
         return [fields[b"kind"].decode() for fields in self]

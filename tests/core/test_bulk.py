@@ -10,7 +10,6 @@ from django.test.utils import CaptureQueriesContext
 
 from gpufleet.core import bulk
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
-from tests.conftest import needs_postgresql
 
 pytestmark = pytest.mark.django_db
 
@@ -67,10 +66,10 @@ def test_json_values_are_written_as_the_orm_reads_them_back():
     assert Device.objects.get(pk=pk).health == HEALTH
 
 
+@pytest.mark.postgresql
 def test_a_json_value_no_utf8_can_hold_is_refused_by_the_database_as_before():
     # Validated snapshots hold no lone surrogate; should one come, PostgreSQL refuses
     # it (a DatabaseError, which ingest takes for that snapshot's alone), not the writer.
-    needs_postgresql()
     node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
     with pytest.raises(DatabaseError), transaction.atomic():
         _upsert([_row(node, FIRST, health={"pstate": "P\ud800"})])
@@ -158,11 +157,11 @@ def test_a_replace_compares_with_what_is_stored_whoever_wrote_it():
     assert Finding.objects.get(node=node).status == "ok"
 
 
+@pytest.mark.postgresql
 def test_rows_no_utf8_can_hold_are_refused_by_the_database_not_by_the_comparison():
     """Validation keeps lone surrogates out of findings; were one to get past it, the
     comparison still digests it and the COPY's refusal is a DatabaseError, which ingest
     handles by storing the batch's snapshots one by one."""
-    needs_postgresql()
     node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
     with pytest.raises(DatabaseError), transaction.atomic():
         bulk.replace(Finding, "node_id", FINDING, {node.pk: [(0, "check", "A check", "ok", "bad \ud800", "")]})

@@ -16,7 +16,6 @@ from django.utils import timezone
 
 from gpufleet.fleet import history, partitions
 from gpufleet.fleet.models import Device, DeviceSample, DeviceSample1h, DeviceSample5m
-from tests.conftest import needs_postgresql
 from tests.factories import ingest
 
 pytestmark = pytest.mark.django_db
@@ -24,9 +23,7 @@ pytestmark = pytest.mark.django_db
 HOUR = timedelta(hours=1)
 
 
-@pytest.fixture(autouse=True)
-def _postgresql(db):
-    needs_postgresql()
+pytestmark = [pytest.mark.postgresql, pytest.mark.django_db]
 
 
 @pytest.fixture

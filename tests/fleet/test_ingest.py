@@ -18,7 +18,6 @@ from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
 from gpufleet.fleet.summary import FleetSummary
 from gpufleet.ingest import schema
 from gpufleet.ingest.services import ACCEPTED, REJECTED, STALE, ingest_snapshot, ingest_snapshots
-from tests.conftest import needs_postgresql
 from tests.factories import later, snapshot
 
 pytestmark = pytest.mark.django_db
@@ -341,11 +340,11 @@ def test_the_node_keeps_its_worst_finding_in_words_and_its_gpu_models():
     assert Node.objects.get(name="alpha").problem == ""
 
 
+@pytest.mark.postgresql
 def test_on_postgresql_a_snapshot_rewrites_its_gpus_rows_in_place():
     """The node and GPU tables keep room on each page (fillfactor 50, migration
     fleet/0001), so each snapshot's new row versions stay beside the old ones (HOT
     updates) instead of adding index entries that later snapshots read through."""
-    needs_postgresql()
     with connection.cursor() as cursor:
         cursor.execute("SELECT relname, reloptions FROM pg_class WHERE relname IN ('fleet_node', 'fleet_device')")
         assert {name: options for name, options in cursor.fetchall()} == {

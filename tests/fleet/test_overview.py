@@ -12,7 +12,6 @@ from gpufleet.claims.models import Claim
 from gpufleet.fleet.filters import DEFAULT_PER_PAGE, NodeFilter
 from gpufleet.fleet.models import Node
 from gpufleet.fleet.summary import FleetSummary
-from tests.conftest import needs_postgresql
 from tests.factories import hx, ingest
 
 
@@ -308,11 +307,11 @@ def test_drift_counts_each_version_over_every_node_that_runs_it():
     assert findings["toolkit_drift"] == ["1.17.0 on 3 nodes", "1.18.2 on 2 nodes"]
 
 
+@pytest.mark.postgresql
 @pytest.mark.django_db
 def test_on_postgresql_the_first_page_worst_first_is_read_off_an_index(make_fleet):
     """The overview's default order (health rank, worst first, then name) is the key
     of the node_worst_first index, so its first page needs no sort of the whole fleet."""
-    needs_postgresql()
     make_fleet(3)
     page = NodeFilter({}, queryset=Node.objects.all()).qs[:DEFAULT_PER_PAGE]
     with connection.cursor() as cursor:
