@@ -18,6 +18,7 @@ from django.utils import timezone
 from gpufleet import gpu
 from gpufleet.audit.models import record
 from gpufleet.claims.models import Claim
+from gpufleet.events import services as events
 from gpufleet.fleet.models import Node
 
 
@@ -255,6 +256,7 @@ def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None
         claim.delete()
         _store_reserved(locked)
         record(user, "claim.delete", node=locked, target=before["name"], before=before)
+        events.claim_released(locked.pk, before["name"], user)
 
 
 def _store_reserved(node: Node) -> None:

@@ -271,6 +271,23 @@ def record_once(kind: str, severity: str, node_id: int | None, message: str, *, 
     )
 
 
+def claim_released(node_id: int, name: str, user=None, now: datetime | None = None) -> Event:
+    """A claim deleted: by `user`, or (None) by the system once it expired."""
+    who = user.get_username() if user is not None and user.is_authenticated else "the system, as it had expired"
+    return record_once(Kind.CLAIM_RELEASED, Severity.INFO, node_id, f"Claim {name!r} released by {who}",
+                       name=f"Claim {name}", code=name.lower(), now=now, claim_name=name)
+
+
+def key_changed(node_name: str, revoked: bool, generation: int | None = None, now: datetime | None = None) -> Event:
+    """A node's key rotated (to `generation`) or revoked; the node found by name (a node
+    may be enrolled before its first snapshot: then the event is the site's, named)."""
+    if revoked:
+        return record_once(Kind.KEY_REVOKED, Severity.WARN, None, f"The key of {node_name} was revoked: nothing it "
+                           "signs is accepted any more", name=node_name, now=now, node_name=node_name)
+    return record_once(Kind.KEY_ROTATED, Severity.INFO, None, f"The key of {node_name} was rotated to generation "
+                       f"{generation}: its agent needs the new one", name=node_name, now=now, node_name=node_name)
+
+
 def record_fix(job_id: int, now: datetime | None = None) -> Event | None:
     """A fix job that finished: applied (info), or failed (warn), with its job."""
     job_model = Event._meta.get_field("job").related_model

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from gpufleet import wire
 from gpufleet.audit.models import record
+from gpufleet.events import services as events
 from gpufleet.fleet.models import NodeCredential
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ def enroll(name: str, user=None, rotate: bool = False) -> wire.NodeKey:
             credential.issued_at, credential.revoked_at = timezone.now(), None
             credential.save()
             record(user, "node.rotate_key", target=name, before={"key": before}, after={"key": credential.generation})
+            events.key_changed(name, revoked=False, generation=credential.generation)
     return _key(name, credential.generation)
 
 
@@ -45,6 +47,7 @@ def revoke(name: str, user=None) -> bool:
         updated = NodeCredential.objects.filter(name=name, revoked_at__isnull=True).update(revoked_at=timezone.now())
         if updated:
             record(user, "node.revoke_key", target=name)
+            events.key_changed(name, revoked=True)
     return bool(updated) or NodeCredential.objects.filter(name=name).exists()
 
 

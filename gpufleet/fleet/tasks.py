@@ -8,6 +8,7 @@ import logging
 from celery import shared_task
 from django.db.models import F
 
+from gpufleet.events import services as events
 from gpufleet.fleet import history
 from gpufleet.fleet.models import KEY_REFUSALS, NO_VALID_KEY, Node
 
@@ -25,6 +26,7 @@ def mark_offline() -> int:
     count += stale.update(offline=True)
     if count:
         log.info("marked %d node(s) offline", count)
+    events.record_offline(Node.objects.filter(offline=True).values_list("pk", "last_seen"))
     return count
 
 

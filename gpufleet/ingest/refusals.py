@@ -13,6 +13,7 @@ from django.db import models
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from gpufleet.events import services as events
 from gpufleet.fleet.models import Node, Refusal
 from gpufleet.ingest.metrics import record_refusals
 
@@ -35,6 +36,7 @@ def count_refusals(counts: dict[tuple[str, str], int], now=None) -> None:
         record_refusals(by_reason)
     if per_node:
         _count_on_nodes(per_node, now or timezone.now())
+        events.record_refusals(counts, now or timezone.now())
 
 
 def _count_on_nodes(per_node: dict[str, tuple[int, str]], now) -> None:

@@ -11,6 +11,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from gpufleet.audit.models import record
+from gpufleet.events import services as events
 from gpufleet.fleet import credentials
 from gpufleet.jobs.models import OPEN_STATUSES, Job, JobKind, JobStatus
 from gpufleet.wire import APPLY_FIX_TASK, COLLECT_TASK, clean_text, node_key_prefix
@@ -103,7 +104,10 @@ def report_progress(job_id: int, status: str, output: str = "", error: str = "",
     jobs = Job.objects.filter(pk=job_id, status__in=OPEN_STATUSES)
     if node is not None:
         jobs = jobs.filter(node__name=node)
-    return bool(jobs.update(**fields))
+    moved = bool(jobs.update(**fields))
+    if moved and status.finished:
+        events.record_fix(job_id, now)
+    return moved
 
 
 def expire_jobs(now=None) -> int:
