@@ -28,10 +28,10 @@ from gpufleet.claims.filters import ClaimFilter
 from gpufleet.claims.forms import ALL, DEVICES, ClaimForm, PlacementForm
 from gpufleet.claims.models import Claim
 from gpufleet.claims.placement import RULED_OUT_SHOWN, fleet_placement
+from gpufleet.core import downloads
 from gpufleet.core.access import EDIT_CLAIMS, VIEW, can, requires
 from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.core.querystring import clean_query
-from gpufleet.fleet import reports
 from gpufleet.fleet.models import Device, Node
 
 AUDIT_ROWS = 10
@@ -423,5 +423,5 @@ def claims_vs_use_export(request: HttpRequest, fmt: str) -> HttpResponse:
         lines = ["No export: these filter values are not valid.", *use_filter.error_messages()]
         return HttpResponseBadRequest("\n".join(lines) + "\n", content_type="text/plain; charset=utf-8")
     found = use_filter.qs.iterator(chunk_size=2000)
-    body = use.as_json(found) if fmt == "json" else reports.csv_stream(use.COLUMNS, use.as_csv_rows(found))
-    return reports.download(body, fmt, "gpufleet-claims-vs-use")
+    body = use.as_json(found) if fmt == "json" else downloads.csv_stream(use.COLUMNS, use.as_csv_rows(found))
+    return downloads.download(body, fmt, "gpufleet-claims-vs-use")

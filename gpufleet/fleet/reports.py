@@ -20,10 +20,10 @@ from datetime import datetime
 
 from django.db.models import Prefetch, QuerySet, TextField
 from django.db.models.functions import Cast
-from django.http import Http404, StreamingHttpResponse
 from django.utils import timezone
 
 from gpufleet import gpu
+from gpufleet.core.downloads import safe_cell
 from gpufleet.fleet.models import Attach, Device, Finding, FindingStatus, Health, Node
 
 REPORT_SCHEMA_VERSION = 1
@@ -48,11 +48,6 @@ DEVICE_CSV_COLUMNS = (*_FIRST_DEVICE_COLUMNS, *(
     field for field in gpu.DEVICE_FIELDS if field not in _FIRST_DEVICE_COLUMNS and field not in NOT_DEVICE_CSV_COLUMNS
 ))
 CSV_COLUMNS = ("node", "code", "name", "status", "message", "fix", "row", *DEVICE_CSV_COLUMNS)
-FORMATS = {
-    "json": "application/json",
-    "csv": "text/csv; charset=utf-8",
-    "md": "text/markdown; charset=utf-8",
-}
 
 
 def with_report_data(nodes: QuerySet) -> QuerySet:
@@ -156,32 +151,6 @@ def fleet_json(reports: Iterable[dict], generated_at: datetime | None = None) ->
 
 
 # --- CSV --------------------------------------------------------------------
-
-_FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
-
-
-def safe_cell(value) -> str:
-    """A CSV cell a spreadsheet will not run: text starting like a formula gets a
-    leading apostrophe (OWASP's CSV injection advice)."""
-    text = "" if value is None else str(value)
-    return "'" + text if text.startswith(_FORMULA_PREFIXES) else text
-
-
-class _Echo:
-    """csv.writer target that hands each written row back instead of buffering it."""
-
-    def write(self, value: str) -> str:
-        return value
-
-
-def csv_stream(columns: Iterable[str], rows: Iterable[Iterable]) -> Iterator[str]:
-    """A CSV download line by line (constant memory): the header, then each row,
-    every cell made safe for spreadsheets."""
-    writer = csv.writer(_Echo())
-    yield writer.writerow(columns)
-    for row in rows:
-        yield writer.writerow([safe_cell(cell) for cell in row])
-
 
 def csv_report(nodes: QuerySet, only_problems: bool = False) -> Iterator[str]:
     """The CSV of `nodes` in their order: per node one row per finding (node, code,
@@ -311,14 +280,3 @@ def node_markdown_doc(report: dict, only_problems: bool = False) -> Iterator[str
     scope = " (warnings and failures only)" if only_problems else ""
     yield f"# gpufleet doctor report{scope}\n\n"
     yield node_markdown(report)
-
-
-def download(body: Iterable[str], fmt: str, stem: str) -> StreamingHttpResponse:
-    """`body` streamed as an attachment named after `stem` and the time, never cached."""
-    if fmt not in FORMATS:
-        raise Http404("unknown report format")
-    response = StreamingHttpResponse(body, content_type=FORMATS[fmt])
-    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
-    response["Content-Disposition"] = f'attachment; filename="{stem}-{stamp}.{fmt}"'
-    response["Cache-Control"] = "no-store"
-    return response

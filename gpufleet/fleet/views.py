@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from gpufleet.core import downloads
 from gpufleet.core.access import ACKNOWLEDGE_XID, VIEW, requires
 from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.core.querystring import clean_query
@@ -103,14 +104,14 @@ def node_report(request, name: str, fmt: str):
     if fmt == "csv":
         node = get_object_or_404(Node.objects.only("name"), name=name)
         body = reports.csv_report(Node.objects.filter(pk=node.pk), only_problems)
-        return reports.download(body, fmt, f"gpufleet-{node.name}-doctor")
+        return downloads.download(body, fmt, f"gpufleet-{node.name}-doctor")
     node = get_object_or_404(reports.with_report_data(Node.objects.all()), name=name)
     report = reports.node_report(node, only_problems)
     if fmt == "json":
         body = reports.node_json(report)
     else:
         body = reports.node_markdown_doc(report, only_problems)
-    return reports.download(body, fmt, f"gpufleet-{node.name}-doctor")
+    return downloads.download(body, fmt, f"gpufleet-{node.name}-doctor")
 
 
 @require_GET
@@ -124,13 +125,13 @@ def fleet_report(request, fmt: str):
         return _bad_filter(node_filter)
     only_problems = request.GET.get("only") == "problems"
     if fmt == "csv":
-        return reports.download(reports.csv_report(node_filter.qs, only_problems), fmt, "gpufleet-fleet-doctor")
+        return downloads.download(reports.csv_report(node_filter.qs, only_problems), fmt, "gpufleet-fleet-doctor")
     found = reports.fleet_reports(node_filter.qs, only_problems)
     if fmt == "json":
         body = reports.fleet_json(found)
     else:
         body = reports.fleet_markdown(found, only_problems=only_problems)
-    return reports.download(body, fmt, "gpufleet-fleet-doctor")
+    return downloads.download(body, fmt, "gpufleet-fleet-doctor")
 
 
 def _bad_filter(node_filter: NodeFilter) -> HttpResponse:

@@ -7,9 +7,9 @@ import json
 import pytest
 from django.urls import reverse
 
+from gpufleet.core.downloads import safe_cell
 from gpufleet.fleet import reports
 from gpufleet.fleet.models import Finding, Node
-from gpufleet.fleet.reports import safe_cell
 from gpufleet.ingest.services import ingest_snapshot
 from tests.factories import ingest, snapshot
 from tests.fleet.test_commands import DEVICE_KEYS as DOCTOR_DEVICE_KEYS
