@@ -35,17 +35,29 @@ def tree(pid: int) -> list[int]:
     return pids
 
 
+def _program(pid: int) -> bytes | None:
+    try:
+        return (PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+
+
 def rss_bytes(pid: int) -> int:
-    """The resident memory (VmRSS) of `pid` and its descendants, summed; 0 for one gone."""
+    """The resident memory (VmRSS) of `pid` and its descendants, summed; 0 for one gone.
+    A child that has not exec'd yet (the moment between fork and exec of every command
+    run) is not counted: it still runs its parent's program in its parent's pages, which
+    /proc would show as its own too."""
     total = 0
     for each in tree(pid):
         try:
             status = (PROC / str(each) / "status").read_text()
         except OSError:
             continue
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1]) * 1024
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        parent = int(fields.get("PPid", "0"))
+        if each != pid and _program(each) == _program(parent):
+            continue
+        total += int(fields.get("VmRSS", "0 kB").split()[0]) * 1024
     return total
 
 
