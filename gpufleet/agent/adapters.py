@@ -1,17 +1,19 @@
 """The host adapters: the domain's `Runner` and `DockerFacts` (gpufleet/gpu/interfaces.py)
-on the real host, with subprocesses, the Docker SDK and the CDI spec folders."""
+on the real host, with subprocesses, the Docker Engine API and the CDI spec folders."""
 
 from __future__ import annotations
 
-import contextlib
+import http.client
 import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from urllib.parse import quote, urlsplit
 
 from gpufleet.gpu.interfaces import (
     COMMAND_TIMEOUT_S,
@@ -152,52 +154,70 @@ class SubprocessRunner:
             reader.join(timeout=2.0)
 
 
-def _root_causes(exc: BaseException) -> Iterator[BaseException]:
-    """Walk an exception, its causes and exception arguments (urllib3 nests them there)."""
-    seen: set[int] = set()
-    todo = [exc]
-    while todo and len(seen) < 50:
-        cur = todo.pop(0)
-        if id(cur) in seen:
-            continue
-        seen.add(id(cur))
-        yield cur
-        todo.extend(a for a in getattr(cur, "args", ()) if isinstance(a, BaseException))
-        for nxt in (cur.__cause__, cur.__context__, getattr(cur, "reason", None)):
-            if isinstance(nxt, BaseException):
-                todo.append(nxt)
+class EngineError(Exception):
+    """The Engine API answered with an HTTP error: `status` and Docker's own message."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"HTTP {status} {message}".strip())
+        self.status = status
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over a unix socket (dockerd's default endpoint)."""
+
+    def __init__(self, socket_path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = socket_path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def engine_connection(url: str, timeout: float) -> http.client.HTTPConnection:
+    """A connection to the Engine at `url`: unix://PATH, or tcp:// and http:// (plain HTTP,
+    as the daemon's unencrypted TCP endpoint) and https://."""
+    if url.startswith("unix://"):
+        return UnixHTTPConnection(url[len("unix://"):], timeout)
+    parts = urlsplit(url)
+    if parts.scheme in ("tcp", "http") and parts.hostname:
+        return http.client.HTTPConnection(parts.hostname, parts.port or 2375, timeout=timeout)
+    if parts.scheme == "https" and parts.hostname:
+        return http.client.HTTPSConnection(parts.hostname, parts.port or 2376, timeout=timeout)
+    raise ValueError(f"unsupported DOCKER_HOST {url!r} (unix://, tcp://, http:// or https://)")
 
 
 def _docker_reason(exc: BaseException, timeout: float) -> str:
-    import requests
-
-    for cause in _root_causes(exc):
-        if isinstance(cause, json.JSONDecodeError):
-            return _shorten(f"the answer is not JSON ({cause.msg} at char {cause.pos})")
-        if isinstance(cause, FileNotFoundError):
-            return "no socket there (is dockerd running?)"
-        if isinstance(cause, ConnectionRefusedError):
-            return "connection refused (is dockerd running?)"
-        if isinstance(cause, PermissionError):
-            return "permission denied on the socket"
-        if isinstance(cause, (requests.exceptions.Timeout, TimeoutError)) or (
-            type(cause).__name__
-            in {"ReadTimeoutError", "ConnectTimeoutError", "timeout"}
-        ):
-            return f"no answer within {timeout:g} s"
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    if status is not None:
-        explanation = getattr(exc, "explanation", None) or ""
-        return _shorten(f"HTTP {status} {explanation}".strip())
-    if isinstance(exc, ValueError) and not str(exc):
-        return "invalid response"
+    if isinstance(exc, json.JSONDecodeError):
+        return _shorten(f"the answer is not JSON ({exc.msg} at char {exc.pos})")
+    if isinstance(exc, FileNotFoundError):
+        return "no socket there (is dockerd running?)"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (is dockerd running?)"
+    if isinstance(exc, PermissionError):
+        return "permission denied on the socket"
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout:g} s"
     return _shorten(str(exc) or type(exc).__name__)
 
 
+# What asking the Engine can raise: no answer, a broken or refused one, an unreadable body.
+ENGINE_ERRORS = (OSError, http.client.HTTPException, EngineError, ValueError, TypeError, KeyError)
+
+
 class EngineDocker:
-    """`DockerFacts` from the Docker Engine API (`GET /info`) via docker-py; never the CLI.
+    """`DockerFacts` from the Docker Engine API (`GET /info`, the containers) over HTTP with
+    the standard library; never the CLI. Docker's SDK answered the same three requests with
+    more memory than the rest of the collection (docs/agent.md, footprint).
 
     base_url=None resolves DOCKER_HOST (else unix:///var/run/docker.sock) at each call.
+    Unversioned paths: the daemon answers in its own current API version.
     """
 
     def __init__(self, base_url: str | None = None, timeout: float = 5.0):
@@ -208,70 +228,49 @@ class EngineDocker:
     def url(self) -> str:
         return self._base_url or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
 
+    def get(self, path: str) -> object:
+        """The decoded JSON answer to GET `path`; EngineError for an HTTP error."""
+        conn = engine_connection(self.url, self.timeout)
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            body = response.read()
+        finally:
+            conn.close()
+        if response.status >= 400:
+            try:
+                message = json.loads(body).get("message", "")
+            except (ValueError, AttributeError):
+                message = body[:200].decode("utf-8", errors="replace")
+            raise EngineError(response.status, str(message))
+        return json.loads(body)
+
     def info(self) -> DockerInfo:
         url = self.url
-        client = None
         try:
-            import docker
-            import docker.errors
-            import requests
-
-            errors: tuple[type[BaseException], ...] = (
-                docker.errors.DockerException,
-                requests.exceptions.RequestException,
-                OSError,
-                ValueError,
-                TypeError,
-                KeyError,
-            )
-        except ImportError as exc:  # pragma: no cover - docker is a hard requirement
-            return DockerInfo(error=f"Docker at {url} is unreachable: {exc}", url=url)
-        try:
-            client = docker.DockerClient(base_url=url, timeout=self.timeout)
-            return docker_info_from_payload(client.info())
-        except errors as exc:
-            return DockerInfo(
-                error=f"Docker at {url} is unreachable: {_docker_reason(exc, self.timeout)}", url=url
-            )
-        finally:
-            if client is not None:
-                with contextlib.suppress(Exception):  # closing must not mask the answer
-                    client.close()
+            return docker_info_from_payload(self.get("/info"))
+        except ENGINE_ERRORS as exc:
+            return DockerInfo(error=f"Docker at {url} is unreachable: {_docker_reason(exc, self.timeout)}", url=url)
 
     def containers(self) -> object:
-        import docker
-
-        client = None
         try:
-            client = docker.DockerClient(base_url=self.url, timeout=self.timeout)
-            return client.api.containers()  # one GET /containers/json per collection
-        except Exception:
+            return self.get("/containers/json")  # one request per collection
+        except ENGINE_ERRORS:
             # info() reports an unreachable Docker; processes then show without containers.
             return []
-        finally:
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    client.close()
 
     def inspect(self, container_ids: Sequence[str]) -> dict[str, object]:
-        import docker
-        import docker.errors
-
         found: dict[str, object] = {}
-        client = None
-        try:
-            client = docker.DockerClient(base_url=self.url, timeout=self.timeout)
-            for cid in container_ids:
-                with contextlib.suppress(docker.errors.NotFound):  # gone meanwhile
-                    found[cid] = client.api.inspect_container(cid)
-        except Exception:
-            # Unreachable or too slow (info() says so): stop asking, so a hung Docker
-            # costs one timeout per collection, not one per container.
-            return found
-        finally:
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    client.close()
+        for cid in container_ids:
+            try:
+                found[cid] = self.get(f"/containers/{quote(cid, safe='')}/json")
+            except EngineError as exc:
+                if exc.status != 404:  # 404: gone meanwhile
+                    return found
+            except ENGINE_ERRORS:
+                # Unreachable or too slow (info() says so): stop asking, so a hung Docker
+                # costs one timeout per collection, not one per container.
+                return found
         return found
 
 
