@@ -310,8 +310,10 @@ def verify(auth: Any, direction: str, task: str, args: list, key_for, max_age: f
     return node
 
 
-# The ingest stream. Agents append one entry per message (XADD) to one Redis stream,
-# which the central `manage.py ingest` reads as a consumer group. An entry's fields:
+# The ingest stream. Agents append one entry per message to one Redis stream, through
+# the function the centre loads there (gpufleet/core/broker.py, which refuses any entry
+# read_entry would refuse for its shape or size), and the central `manage.py ingest`
+# reads it as a consumer group. An entry's fields:
 # node, gen (its key generation), kind, sig and body: the zlib-compressed JSON of the
 # payload, signed as sent. Node and generation are plain fields so that the consumer
 # can refuse an entry of no enrolled node before any inflating or JSON work.

@@ -158,6 +158,11 @@ def agent_celery_options(s: Any) -> dict[str, Any]:
         "broker_connection_timeout": s.CELERY_BROKER_CONNECTION_TIMEOUT,
         "broker_transport_options": {**broker_transport_options(s.GPUFLEET_BROKER_VISIBILITY_TIMEOUT),
                                      "global_keyprefix": broker_acl.node_key_prefix(s.GPUFLEET_NODE_NAME)},
+        # kombu's redelivery sweep releases its lock by EVALSHA of a script only the centre
+        # may load (broker_users.prepare): when Redis restarted with an empty script cache
+        # and the centre has not loaded it yet, the refusal is a channel error, and the
+        # worker connects again (as after a lost connection) instead of exiting.
+        "broker_channel_error_retry": True,
         "task_default_queue": f"node.{s.GPUFLEET_NODE_NAME}",
         "beat_schedule": agent_beat_schedule(s),
     }

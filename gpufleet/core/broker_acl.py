@@ -2,12 +2,13 @@
 and of the centre's, as ACL SETUSER arguments (and aclfile lines), and creating,
 rotating and removing a node's user over a connection of the centre's.
 
-A node's user may append to the ingest stream and use the keys of its own task queue
-(kombu's `global_keyprefix`, node_key_prefix), nothing else: root on one GPU host can
-then only lie about that host, never read, delete or consume what belongs to another
-node or to the centre. The commands are those kombu's Redis transport issues for a
-Celery worker and beat run with --without-gossip --without-mingle --without-heartbeat
-and remote control off (read off MONITOR while an agent ran against such a user)."""
+A node's user may append to the ingest stream through its function (gpufleet/core/broker.py)
+and use the keys of its own task queue (kombu's `global_keyprefix`, node_key_prefix),
+nothing else: root on one GPU host can then only lie about that host, never read,
+delete or consume what belongs to another node or to the centre. The commands are those
+kombu's Redis transport issues for a Celery worker and beat run with --without-gossip
+--without-mingle --without-heartbeat and remote control off (read off MONITOR while an
+agent ran against such a user)."""
 
 from __future__ import annotations
 
@@ -27,12 +28,11 @@ CENTRE_USER = "gpufleet-centre"
 _NODE_KEY_PREFIX = "gpufleet:node:{}:"
 
 # What kombu's Redis transport sends for a worker consuming one queue and publishing to
-# it (beat), with `global_keyprefix`. kombu's redelivery sweep, from the worker's start
-# on, holds a lock whose release is a Lua script (redis-py's Lock: EVALSHA, and SCRIPT
-# LOAD when the server's cache lost it, as every restart does), so the node may run Lua;
-# each command a script runs is held to these same key rights (GET and DEL are the lock
-# script's). What that leaves a hostile node is time: a script that never ends stalls
-# the server for all (README, "The broker").
+# it (beat), with `global_keyprefix`, and FCALL of the append function. kombu's
+# redelivery sweep holds a lock whose release is a Lua script (redis-py's Lock: EVALSHA):
+# the centre loads that script (SCRIPT LOAD) as it starts, and a node may run only what
+# the centre loaded, never a script of its own (no SCRIPT LOAD, no EVAL), each command
+# held to these same key rights (GET and DEL are the lock script's).
 NODE_COMMANDS = (
     "ping", "select", "multi", "exec", "discard", "watch", "unwatch",
     "brpop", "rpop", "lpush", "rpush", "llen",
@@ -40,7 +40,7 @@ NODE_COMMANDS = (
     "hset", "hget", "hdel",
     "zadd", "zrem", "zrange",
     "set", "get", "del", "exists", "pexpire",
-    "evalsha", "script|load",
+    "evalsha", "fcall",
 )
 
 # The centre is trusted (it grants the nodes their rights), but still cannot flush,
@@ -72,11 +72,12 @@ def _escape(text: str) -> str:
     return _GLOB.sub(r"\\\1", text)
 
 
-def node_rules(name: str, stream: str) -> list[str]:
-    """The rights of `name`'s user, without its password: its own queue keys, and XADD to
-    `stream` (write-only: XADD cannot read what others appended)."""
-    own, stream = _escape(node_key_prefix(_check(name))), _escape(_check(stream))
-    return ["resetchannels", "-@all", f"~{own}*", *(f"+{c}" for c in NODE_COMMANDS), f"(%W~{stream} +xadd)"]
+def node_rules(name: str, stream_key: str) -> list[str]:
+    """The rights of `name`'s user, without its password: its own queue keys, FCALL, and
+    XADD to the ingest stream's key (broker.ingest_key, which the node does not know: the
+    append function knows it) and nothing else of it (write-only: XADD reads nothing)."""
+    own, key = _escape(node_key_prefix(_check(name))), _escape(_check(stream_key))
+    return ["resetchannels", "-@all", f"~{own}*", *(f"+{c}" for c in NODE_COMMANDS), f"(%W~{key} +xadd)"]
 
 
 def centre_rules() -> list[str]:
@@ -89,12 +90,18 @@ def _setuser(conn: redis.Redis, user: str, password: str, rules: list[str]) -> N
     conn.execute_command("ACL", "SETUSER", user, "reset", "on", f">{password}", *rules)
 
 
-def put_node_user(conn: redis.Redis, name: str, password: str, stream: str) -> None:
+def put_node_user(conn: redis.Redis, name: str, password: str, stream_key: str) -> None:
     """Create `name`'s user, or give it `password` and today's rules in place of what it
     had; connections made with the old password are closed."""
     user = node_user(name)
-    _setuser(conn, user, password, node_rules(name, stream))
+    _setuser(conn, user, password, node_rules(name, stream_key))
     conn.execute_command("CLIENT", "KILL", "USER", user)
+
+
+def renew_node_rules(conn: redis.Redis, name: str, stream_key: str) -> None:
+    """Give `name`'s existing user today's rules in place of what it had, in one command,
+    keeping its password (and its connections: their next command meets the new rules)."""
+    conn.execute_command("ACL", "SETUSER", node_user(name), "resetkeys", "clearselectors", *node_rules(name, stream_key))
 
 
 def node_user_exists(conn: redis.Redis, name: str) -> bool:

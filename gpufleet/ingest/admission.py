@@ -2,16 +2,44 @@
 
 An agent sends a snapshot each interval, and a few more for jobs ("diagnose now",
 a fix); a host that floods the ingest in its own name must not take the time the
-others' snapshots need. `Admission` is asked once an entry's signature is checked
-(anyone may append entries naming any node: forged ones must not spend the named
-node's share) and before any inflating or JSON work; only about enrolled nodes, so it
-holds at most the fleet's nodes."""
+others' snapshots need. The ingest asks once a batch, for the entries whose signature
+it checked (anyone may append entries naming any node: forged ones must not spend the
+named node's share), before any inflating or JSON work; only about enrolled nodes, so
+it holds at most the fleet's nodes. `SharedAdmission` is the consumers' (counted in
+Redis, so that N consumers together still give a node the cap, not N times it);
+`Admission` counts in the process (`manage.py collect --once`, tests)."""
 
 from __future__ import annotations
 
 from collections import deque
 
+import redis
 from django.conf import settings
+
+# Grants each node of the batch up to the cap within the last interval (a sliding
+# window, by the server's clock), in one atomic step whatever the number of consumers.
+# Each node's list holds the times of its grants, oldest first. KEYS[1]: the prefix of
+# the lists; ARGV: cap, interval in ms, then node and wanted count pairs. Answers the
+# count granted to each.
+GRANT = """
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local cap, interval = tonumber(ARGV[1]), tonumber(ARGV[2])
+local granted = {}
+for i = 3, #ARGV, 2 do
+    local key = KEYS[1] .. ARGV[i]
+    local oldest = redis.call('LINDEX', key, 0)
+    while oldest and tonumber(oldest) <= now - interval do
+        redis.call('LPOP', key)
+        oldest = redis.call('LINDEX', key, 0)
+    end
+    local n = math.min(tonumber(ARGV[i + 1]), math.max(0, cap - redis.call('LLEN', key)))
+    for _ = 1, n do redis.call('RPUSH', key, now) end
+    if n > 0 then redis.call('PEXPIRE', key, interval) end
+    granted[#granted + 1] = n
+end
+return granted
+"""
 
 
 class Admission:
@@ -45,6 +73,19 @@ class Admission:
         times.append(now)
         return True
 
+    def grant(self, wanted: dict[str, int], now: float) -> dict[str, int]:
+        """How many of the entries `wanted` of each node may be accepted at `now` (the
+        first ones of the batch); the rest are refused, and not counted."""
+        return {node: sum(self.admit(node, now) for _ in range(count)) for node, count in wanted.items()}
+
+    def give_back(self, granted: dict[str, int]) -> None:
+        """Take back grants of the last `grant` that were not used (entries left for a
+        later batch, which will ask again)."""
+        for node, count in granted.items():
+            times = self._admitted.get(node)
+            for _ in range(min(count, len(times or ()))):
+                times.pop()
+
     def __len__(self) -> int:
         """How many nodes it holds times for."""
         return len(self._admitted)
@@ -55,3 +96,39 @@ class Admission:
         self._swept_at = now
         cutoff = now - self.interval_s
         self._admitted = {node: times for node, times in self._admitted.items() if times and times[-1] > cutoff}
+
+
+class SharedAdmission:
+    """As Admission (at most `cap` admissions per node within any `interval_s`), counted
+    in Redis by every consumer together, under keys `prefix` + node name, which expire
+    an interval after a node's last grant: one script call a batch."""
+
+    def __init__(self, client: redis.Redis, prefix: str, cap: int, interval_s: float) -> None:
+        if cap < 1 or interval_s <= 0:
+            raise ValueError(f"an admission cap needs cap >= 1 and interval_s > 0, not {cap} and {interval_s}")
+        self.prefix, self.cap, self.interval_ms = prefix, cap, max(1, round(interval_s * 1000))
+        self._client = client
+        self._grant = client.register_script(GRANT)
+
+    @classmethod
+    def from_settings(cls, client: redis.Redis, prefix: str) -> SharedAdmission:
+        return cls(client, prefix, settings.GPUFLEET_INGEST_CAP_PER_INTERVAL, settings.GPUFLEET_COLLECT_INTERVAL)
+
+    def grant(self, wanted: dict[str, int], now: float | None = None) -> dict[str, int]:
+        """As Admission.grant, for every consumer together (`now` is Redis's own)."""
+        if not wanted:
+            return {}
+        nodes = list(wanted)
+        args = [self.cap, self.interval_ms, *(x for node in nodes for x in (node, wanted[node]))]
+        counts = self._grant(keys=[self.prefix], args=args)
+        return dict(zip(nodes, map(int, counts), strict=True))
+
+    def give_back(self, granted: dict[str, int]) -> None:
+        """As Admission.give_back (the newest grants of each node go)."""
+        if not any(granted.values()):
+            return
+        with self._client.pipeline(transaction=True) as pipe:
+            for node, count in granted.items():
+                if count:
+                    pipe.rpop(self.prefix + node, count)
+            pipe.execute()

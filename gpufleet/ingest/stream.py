@@ -10,8 +10,9 @@ killed at any instant leaves its entries pending, and another consumer takes the
 twice that way is a snapshot not newer than the stored one: ignored as stale.
 
 Each entry is checked cheapest first: its node and key generation are an enrolled
-node's current ones, the node is within its admission cap, the HMAC matches, the body
-inflates within bounds to a payload of the right shape; then the batch's snapshots are
+node's current ones, the HMAC matches, the node is within its admission cap (counted in
+Redis across the consumers, one call a batch), the body inflates within bounds to a
+payload of the right shape; then the batch's snapshots are
 stored in one transaction (services.ingest_snapshots). Refused entries are counted per
 node and reason, acknowledged, and never stored."""
 
@@ -31,11 +32,11 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from gpufleet import wire
-from gpufleet.core.broker import deleted_key, stream_status
-from gpufleet.fleet import credentials
+from gpufleet.core.broker import deleted_key, ingest_key, stream_status
+from gpufleet.fleet import broker_users, credentials
 from gpufleet.fleet.models import Refusal
 from gpufleet.ingest import schema
-from gpufleet.ingest.admission import Admission
+from gpufleet.ingest.admission import Admission, SharedAdmission
 from gpufleet.ingest.metrics import record_batch, record_snapshot
 from gpufleet.ingest.refusals import count_refusals
 from gpufleet.ingest.services import STALE, finish_diagnosis, ingest_snapshots
@@ -104,7 +105,8 @@ class _Snapshot:
     job_id: int | None
 
 
-def ingest_entries(entries: list[dict], keys: NodeKeys | None = None, admission: Admission | None = None) -> list[str]:
+def ingest_entries(entries: list[dict], keys: NodeKeys | None = None,
+                   admission: Admission | SharedAdmission | None = None) -> list[str]:
     """Check and store a batch of entries' fields (as Redis gives them); one outcome per
     entry, in order: a snapshot's ("accepted", "stale", "rejected"), "progress" for a job
     report taken, REFUSED for an entry refused before its payload was trusted, DEFERRED
@@ -133,27 +135,25 @@ def ingest_entries(entries: list[dict], keys: NodeKeys | None = None, admission:
                 _log_refusal("", str(exc))
             refused["", Refusal.MALFORMED] += 1
     keys.prepare({entry.node for entry in read if entry is not None})
-    for position, entry in enumerate(read):
+    verdicts = [None if entry is None else _verdict(entry, keys) for entry in read]
+    # The signature before the cap: anyone may append entries naming any node, and only
+    # what the node really signed may spend its share (HMAC is cheap; inflating is not).
+    # One grant for the batch: shared by the consumers, it is a round trip to Redis.
+    left = admission.grant(Counter(entry.node for entry, verdict in zip(read, verdicts, strict=True)
+                                   if verdict is True), started)
+    for position, (entry, verdict) in enumerate(zip(read, verdicts, strict=True)):
         if budget < wire.ENTRY_INFLATED_MAX:
             outcomes[position:] = [DEFERRED] * (len(entries) - position)
             break
         if entry is None:
             continue
-        key = keys.key(entry.node, entry.generation)
-        if key == Refusal.OLD_KEY and not wire.entry_signed_with(entry, credentials.node_key(entry.node, entry.generation)):
-            # Only what the node's old key really signed says its agent kept that key.
-            key = Refusal.BAD_SIGNATURE
-        if isinstance(key, Refusal):
-            refused[entry.node, key] += 1
+        if verdict is not True:
+            refused[entry.node, verdict] += 1
             continue
-        # The signature before the cap: anyone may append entries naming any node, and
-        # only what the node really signed may spend its share (HMAC is cheap; inflating is not).
-        if not wire.entry_signed_with(entry, key):
-            refused[entry.node, Refusal.BAD_SIGNATURE] += 1
-            continue
-        if not admission.admit(entry.node, started):
+        if not left.get(entry.node):
             refused[entry.node, Refusal.OVER_CAP] += 1
             continue
+        left[entry.node] -= 1
         try:
             payload, inflated = wire.entry_payload(entry)
         except wire.EntryError as exc:
@@ -167,6 +167,8 @@ def ingest_entries(entries: list[dict], keys: NodeKeys | None = None, admission:
             snapshots.append(_Snapshot(position, entry.node, payload[0], payload[1]))
         else:
             reports.append((position, entry.node, payload))
+    # What was granted to entries left for a later batch, which will ask again.
+    admission.give_back(left)
     _store(snapshots, outcomes, refused)
     for position, node, (job_id, status, output, error) in reports:
         if status not in JobStatus.values:
@@ -185,6 +187,17 @@ def ingest_entries(entries: list[dict], keys: NodeKeys | None = None, admission:
     if handled := sum(outcome != DEFERRED for outcome in outcomes):
         record_batch(handled, time.monotonic() - started)
     return outcomes
+
+
+def _verdict(entry: wire.Entry, keys: NodeKeys) -> Refusal | bool:
+    """True when `entry` is signed with its node's current key, else why it is refused."""
+    key = keys.key(entry.node, entry.generation)
+    if key == Refusal.OLD_KEY and not wire.entry_signed_with(entry, credentials.node_key(entry.node, entry.generation)):
+        # Only what the node's old key really signed says its agent kept that key.
+        return Refusal.BAD_SIGNATURE
+    if isinstance(key, Refusal):
+        return key
+    return True if wire.entry_signed_with(entry, key) else Refusal.BAD_SIGNATURE
 
 
 def _store(snapshots: list[_Snapshot], outcomes: list[str], refused: Counter) -> None:
@@ -270,7 +283,9 @@ class Consumer:
                  name: str | None = None, batch: int | None = None, block_ms: int | None = None,
                  claim_idle_s: float | None = None, handle: Callable[[list[dict]], list[str]] | None = None):
         self.client = client
+        # Its name (what the settings and the logs say) and its key, which holds a token.
         self.stream = stream or settings.GPUFLEET_INGEST_STREAM
+        self.key = ingest_key(self.stream)
         self.group = group
         self.name = name or consumer_name()
         self.batch = batch or settings.GPUFLEET_INGEST_BATCH
@@ -278,7 +293,7 @@ class Consumer:
         self.claim_idle_ms = int(1000 * (claim_idle_s or settings.GPUFLEET_BROKER_VISIBILITY_TIMEOUT))
         # Look for a dead consumer's entries a few times per visibility timeout.
         self.claim_every_s = min(10.0, self.claim_idle_ms / 3000)
-        keys, admission = NodeKeys(), Admission.from_settings()
+        keys, admission = NodeKeys(), SharedAdmission.from_settings(client, f"{self.key}:admitted:")
         self.handle = handle or (lambda fields: ingest_entries(fields, keys, admission))
         self.stopping = False
         self._group_ready = False
@@ -319,10 +334,13 @@ class Consumer:
         return min(BACKOFF_MAX_S, delay * 2)
 
     def ensure_group(self) -> None:
-        """Create the group (and the stream) if missing; from the stream's first entry,
-        so entries appended before any consumer ran are stored too."""
+        """Load what the agents run (broker_users.prepare: at the start, and again after a
+        lost connection, as Redis may have restarted with an empty script cache), and
+        create the group (and the stream) if missing; from the stream's first entry, so
+        entries appended before any consumer ran are stored too."""
+        broker_users.prepare(self.client, self.stream)
         try:
-            self.client.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+            self.client.xgroup_create(self.key, self.group, id="0", mkstream=True)
         except redis.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
@@ -360,13 +378,13 @@ class Consumer:
         return self._read(">", block=self.block_ms)
 
     def _read(self, start: str, block: int | None) -> list[tuple[bytes, dict | None]]:
-        got = self.client.xreadgroup(self.group, self.name, {self.stream: start}, count=self.batch, block=block)
+        got = self.client.xreadgroup(self.group, self.name, {self.key: start}, count=self.batch, block=block)
         return list(got[0][1]) if got else []
 
     def claim(self) -> list[tuple[bytes, dict | None]]:
         """Entries another consumer was handed and did not acknowledge within the
         visibility timeout (it died, or hangs): now this one's."""
-        _, claimed, deleted = self.client.xautoclaim(self.stream, self.group, self.name, self.claim_idle_ms,
+        _, claimed, deleted = self.client.xautoclaim(self.key, self.group, self.name, self.claim_idle_ms,
                                                       start_id="0-0", count=self.batch)
         if deleted:
             log.error("%d pending ingest entries were trimmed from the stream before they were stored", len(deleted))
@@ -380,20 +398,20 @@ class Consumer:
         if not ids:
             return
         with self.client.pipeline(transaction=True) as pipe:
-            pipe.xack(self.stream, self.group, *ids).xdel(self.stream, *ids)
+            pipe.xack(self.key, self.group, *ids).xdel(self.key, *ids)
             _, deleted = pipe.execute()
         # A consumer killed here leaves the count short by this batch: the trims are then
         # overstated, never hidden.
         if deleted:
-            self.client.incrby(deleted_key(self.stream), deleted)
+            self.client.incrby(deleted_key(self.key), deleted)
 
     def _forget_idle_consumers(self) -> None:
         # Every process joins under a name of its own: those that hold nothing and were
         # idle for long are gone.
-        for consumer in self.client.xinfo_consumers(self.stream, self.group):
+        for consumer in self.client.xinfo_consumers(self.key, self.group):
             if consumer["pending"] == 0 and consumer["idle"] > 10 * self.claim_idle_ms \
                     and consumer["name"].decode() != self.name:
-                self.client.xgroup_delconsumer(self.stream, self.group, consumer["name"])
+                self.client.xgroup_delconsumer(self.key, self.group, consumer["name"])
 
     def _report_trims(self) -> None:
         trimmed = stream_status(self.client, self.stream)[1]

@@ -46,7 +46,7 @@ from django.test.utils import CaptureQueriesContext, setup_test_environment
 from gpufleet import wire
 from gpufleet.agent.host import diagnose_this_host
 from gpufleet.core import broker, launch
-from gpufleet.fleet import credentials
+from gpufleet.fleet import broker_users, credentials
 from gpufleet.fleet.models import Device, Finding, Node
 from gpufleet.ingest.services import ingest_snapshot, ingest_snapshots
 from gpufleet.tools import footprint, simulation
@@ -246,7 +246,7 @@ class Bench:
         if bench is None:
             return self._skip(key, f"the broker {_safe_url(settings.CELERY_BROKER_URL)} is not Redis")
         url, client = bench
-        stream_key = settings.GPUFLEET_INGEST_STREAM
+        stream_key = broker.ingest_key()
         try:
             waiting = client.xlen(stream_key)
         except Exception as exc:  # any failure to reach Redis skips the figure, saying why
@@ -254,7 +254,7 @@ class Bench:
             return self._skip(key, f"no Redis reachable at {_safe_url(url)} ({exc})")
         if waiting:
             client.close()
-            return self._skip(key, f"the stream {stream_key!r} in {_safe_url(url)} already holds {waiting} "
+            return self._skip(key, f"the stream {settings.GPUFLEET_INGEST_STREAM!r} in {_safe_url(url)} already holds {waiting} "
                                    "entries that are not this run's; not consuming them")
         snapshots = rounds[0]
         last = at + timedelta(seconds=REAL_PATH_ROUNDS - 1)
@@ -276,6 +276,7 @@ class Bench:
                 # store much of the backlog while the next one still starts.
                 started = [stack.enter_context(running_worker(launch.ingest(), env, f"ingest-{i}"))
                            for i in range(consumers)]
+                broker_users.prepare(client)  # as the consumers did when they started: the append function
                 began = time.perf_counter()
                 with client.pipeline(transaction=False) as pipe:
                     for fields in entries:
@@ -301,8 +302,10 @@ class Bench:
             shutil.rmtree(metrics_dir, ignore_errors=True)
             # What this run appended and its consumers did not store (all of it where the
             # figure was skipped): the stream of the bench's own database was empty
-            # before, so these are this run's, not anyone's snapshots.
-            client.delete(stream_key, broker.deleted_key(stream_key))
+            # before, so these are this run's, not anyone's snapshots. And the nodes'
+            # admissions, which the next run's would otherwise count against its cap.
+            admitted = list(client.scan_iter(match=f"{stream_key}:admitted:*", count=1000))
+            client.delete(stream_key, broker.deleted_key(stream_key), *admitted)
             client.close()
         return len(entries) / elapsed
 
@@ -610,6 +613,7 @@ def _run_agent(server: str, folder: Path) -> tuple[int, float]:
         deadline = time.monotonic() + WORKER_START_S
         while not sock.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
+        broker_users.prepare(client, stream)  # the append function, as a consumer's start loads it
         env = {**os.environ, "CELERY_BROKER_URL": f"redis+socket://{sock}", "GPUFLEET_DATA_DIR": str(folder),
                "GPUFLEET_NODE_NAME": node, "GPUFLEET_AGENT_KEY": str(wire.NodeKey(1, os.urandom(32))),
                "GPUFLEET_COLLECT_INTERVAL": "1", "GPUFLEET_INGEST_STREAM": stream}
@@ -620,7 +624,7 @@ def _run_agent(server: str, folder: Path) -> tuple[int, float]:
         def collections() -> int:
             if time.monotonic() > deadline or agent.poll() is not None:
                 raise TimeoutError("no snapshot from the agent")
-            return client.xlen(stream)
+            return client.xlen(broker.ingest_key(stream))
 
         while collections() < 1:
             time.sleep(0.05)

@@ -197,6 +197,12 @@ class InProcessBroker:
         self.sent.append(message)
         self.messages.put((message, fields))
 
+    def fcall(self, function, numkeys, *args):
+        """The append function (gpufleet/core/broker.py): its arguments as the entry's fields."""
+        from gpufleet.core import broker
+
+        self.xadd(function, dict(zip(broker.ENTRY_ORDER, args, strict=True)))
+
     def take(self, name: str, timeout: float = 10) -> tuple[str, list, str | None]:
         return self._take(name, timeout)[0]
 

@@ -15,6 +15,7 @@ from django.core.management import CommandError, call_command
 from gpufleet.core import broker
 from gpufleet.fleet.models import NodeCredential
 from tests.acl_redis import STREAM, running
+from tests.factories import agent_entry, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -43,10 +44,14 @@ def test_it_prints_a_broker_url_whose_user_may_only_append_and_use_its_own_queue
     url = lines["CELERY_BROKER_URL"]
     assert url.startswith("redis+socket://node%3Agpu-017:") and url.endswith(f"@{acl_redis.socket}")
     agent = _login(url)
-    agent.xadd(STREAM, {"node": "gpu-017"})
+    # enroll loaded the append function, through which alone the agent appends.
+    broker.append(agent_entry(snapshot("gpu-017", gpus=1)), agent)
     agent.lpush("gpufleet:node:gpu-017:node.gpu-017", "task")
     with pytest.raises(redis.exceptions.NoPermissionError):
-        agent.xrange(STREAM)
+        agent.xadd(STREAM, {"node": "gpu-017"})
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        agent.xrange(broker.ingest_key())
+    assert acl_redis.centre().xlen(broker.ingest_key()) == 1
     with pytest.raises(redis.exceptions.NoPermissionError):
         agent.lrange("gpufleet:node:gpu-018:node.gpu-018", 0, -1)
     # Saved in the server's aclfile: it survives a restart.
@@ -64,6 +69,22 @@ def test_enrolling_again_keeps_the_password_and_rotating_closes_it_out(acl_redis
     assert _login(rotated["CELERY_BROKER_URL"]).ping()
     with pytest.raises(redis.AuthenticationError):
         _login(first).ping()
+
+
+def test_enrolling_again_gives_an_existing_user_todays_rules_and_keeps_its_password(acl_redis):
+    url = _enroll("gpu-017")["CELERY_BROKER_URL"]
+    centre = acl_redis.centre()
+    # Rules of before: its own XADD to the stream's name, Lua of its own, no FCALL.
+    centre.execute_command("ACL", "SETUSER", "node:gpu-017", "resetkeys", "clearselectors", "-@all", "+xadd",
+                           "+script|load", "~gpufleet:*")
+    assert _login(url).xadd(STREAM, {"node": "gpu-017"})
+    call_command("enroll", "gpu-017", stdout=StringIO(), stderr=StringIO())
+    agent = _login(url)
+    broker.append(agent_entry(snapshot("gpu-017", gpus=1)), agent)
+    for refused in (lambda: agent.xadd(STREAM, {"node": "gpu-017"}), lambda: agent.script_load("return 1")):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            refused()
+    assert "+fcall" in acl_redis.aclfile.read_text()
 
 
 def test_revoking_removes_the_broker_user(acl_redis):

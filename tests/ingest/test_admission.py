@@ -4,9 +4,12 @@ The clock is the caller's `now`, so these tests move it by hand."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from gpufleet.ingest.admission import Admission
+from gpufleet.ingest.admission import Admission, SharedAdmission
+from tests.integration.conftest import own_redis  # noqa: F401  (a redis-server of the test's own)
 
 
 def test_it_admits_up_to_the_cap_then_refuses_within_the_interval():
@@ -59,3 +62,34 @@ def test_it_takes_its_figures_from_the_settings(settings):
 def test_it_refuses_a_cap_that_admits_nothing(cap, interval):
     with pytest.raises(ValueError, match="cap >= 1"):
         Admission(cap, interval)
+
+
+def test_a_grant_is_the_first_entries_up_to_the_cap_and_unused_grants_go_back():
+    admission = Admission(cap=4, interval_s=30)
+    assert admission.grant({"alpha": 3, "bravo": 6}, 0.0) == {"alpha": 3, "bravo": 4}
+    admission.give_back({"alpha": 2, "bravo": 0})  # two of alpha's were left for a later batch
+    assert admission.grant({"alpha": 6, "bravo": 1}, 1.0) == {"alpha": 3, "bravo": 0}
+
+
+def test_consumers_sharing_redis_share_each_nodes_cap(own_redis):  # noqa: F811
+    client = own_redis.client()
+    one, two = (SharedAdmission(client, "test:admitted:", cap=4, interval_s=10_000_000) for _ in range(2))
+    assert one.grant({"alpha": 3}) == {"alpha": 3}
+    assert two.grant({"alpha": 3, "bravo": 2}) == {"alpha": 1, "bravo": 2}
+    assert one.grant({"alpha": 1}) == {"alpha": 0}
+    two.give_back({"alpha": 1, "bravo": 0})  # one of its grants was left for a later batch
+    assert one.grant({"alpha": 5, "bravo": 5}) == {"alpha": 1, "bravo": 2}
+    assert one.grant({}) == {}
+    # A node's grants are forgotten an interval after its last one.
+    assert 0 < client.pttl("test:admitted:alpha") <= 10_000_000_000
+
+
+def test_a_shared_cap_slides_with_the_interval(own_redis):  # noqa: F811
+    admission = SharedAdmission(own_redis.client(), "test:admitted:", cap=2, interval_s=0.3)
+    assert admission.grant({"alpha": 1}) == {"alpha": 1}
+    time.sleep(0.2)
+    assert admission.grant({"alpha": 5}) == {"alpha": 1}
+    time.sleep(0.15)  # the first has left the window, the second not yet
+    assert admission.grant({"alpha": 5}) == {"alpha": 1}
+    time.sleep(0.35)
+    assert admission.grant({"alpha": 5}) == {"alpha": 2}

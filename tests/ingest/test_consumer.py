@@ -1,9 +1,11 @@
 """The ingest consumer's loop on a redis-server of the test's own: a batch is
 acknowledged only after it is stored; what a consumer could not store or acknowledge is
 taken again; a dead consumer's entries are taken over after the visibility timeout;
-SIGTERM (stop) lets the batch in hand finish."""
+SIGTERM (stop) lets the batch in hand finish; consumers share each node's admission cap."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
@@ -11,7 +13,8 @@ from django.db import OperationalError
 
 from gpufleet import wire
 from gpufleet.core import broker
-from gpufleet.fleet.models import DeviceSample, Node
+from gpufleet.fleet import broker_users, credentials
+from gpufleet.fleet.models import DeviceSample, Node, Refusal
 from gpufleet.ingest import stream
 from gpufleet.ingest.services import STALE
 from tests.factories import agent_entry, snapshot
@@ -23,7 +26,9 @@ STREAM = "test:ingest"
 
 @pytest.fixture
 def client(own_redis):  # noqa: F811
-    return broker.connect(own_redis.url, timeout=2, retries=0)
+    client = broker.connect(own_redis.url, timeout=2, retries=0)
+    broker_users.prepare(client, STREAM)
+    return client
 
 
 def _append(client, names: list[str]) -> None:
@@ -36,7 +41,7 @@ def _consumer(client, name: str = "c1", **options) -> stream.Consumer:
 
 
 def _pending(client) -> int:
-    return client.xpending(STREAM, wire.INGEST_GROUP)["pending"]
+    return client.xpending(broker.ingest_key(STREAM), wire.INGEST_GROUP)["pending"]
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +54,7 @@ def test_a_batch_is_stored_then_acknowledged_and_deleted(client):
     consumer = _consumer(client)
     assert consumer.step() == 3
     assert set(Node.objects.values_list("name", flat=True)) == {"a", "b", "c"}
-    assert client.xlen(STREAM) == 0 and _pending(client) == 0
+    assert client.xlen(broker.ingest_key(STREAM)) == 0 and _pending(client) == 0
     assert broker.stream_status(client, STREAM) == (0, 0)
 
 
@@ -70,7 +75,7 @@ def test_a_batch_the_database_cannot_take_stays_unacknowledged_and_is_taken_agai
     monkeypatch.setattr(stream, "ingest_snapshots", real)
     consumer._own_pending = True  # as run() does after a database error
     assert consumer.step() == 2
-    assert Node.objects.count() == 2 and _pending(client) == 0 and client.xlen(STREAM) == 0
+    assert Node.objects.count() == 2 and _pending(client) == 0 and client.xlen(broker.ingest_key(STREAM)) == 0
 
 
 def test_with_redis_gone_at_the_acknowledgement_the_stored_batch_is_taken_again_as_stale(client, monkeypatch):
@@ -124,7 +129,28 @@ def test_stop_lets_the_batch_in_hand_finish_and_run_return(client):
 def test_entries_the_stream_trimmed_unstored_are_counted(client, settings):
     settings.GPUFLEET_INGEST_STREAM_MAXLEN = 1
     for name in ("a", "b", "c"):
-        client.xadd(STREAM, agent_entry(snapshot(name, gpus=1)), maxlen=1, approximate=False)
+        client.xadd(broker.ingest_key(STREAM), agent_entry(snapshot(name, gpus=1)), maxlen=1, approximate=False)
     assert broker.stream_status(client, STREAM) == (1, 2)
     assert _consumer(client).step() == 1
     assert broker.stream_status(client, STREAM) == (0, 2)
+
+
+def test_consumers_together_accept_no_more_of_a_node_than_its_cap_per_interval(client, settings):
+    # One interval for the whole test: the cap holds across consumers, not per process.
+    settings.GPUFLEET_INGEST_CAP_PER_INTERVAL = 4
+    settings.GPUFLEET_COLLECT_INTERVAL = 10_000_000.0
+    key, start = credentials.enroll("flooder"), datetime.now(UTC)
+    for second in range(40):
+        broker.append(agent_entry(snapshot("flooder", gpus=1, at=start + timedelta(seconds=second)), key=key), client)
+    outcomes: list[str] = []
+    consumers = [_consumer(client, name, batch=5) for name in ("c1", "c2", "c3")]
+    for consumer in consumers:
+        handle = consumer.handle
+        consumer.handle = lambda fields, handle=handle: outcomes.extend(handle(fields)) or outcomes[-len(fields):]
+    while len(outcomes) < 40:
+        for consumer in consumers:
+            consumer.step()
+    assert len(outcomes) == 40 and sum(outcome != stream.REFUSED for outcome in outcomes) == 4
+    # The rest refused as over the cap (and those of the four that one batch made stale as replays).
+    node = Node.objects.get(name="flooder")
+    assert (node.refused_total, node.refused_last_reason) == (36 + outcomes.count(STALE), Refusal.OVER_CAP)

@@ -32,8 +32,8 @@ def delivered(monkeypatch):
     outcomes: list[str] = []
 
     class Deliver:
-        def xadd(self, name, fields, **options):
-            outcomes.extend(stream.ingest_entries([fields]))
+        def fcall(self, function, numkeys, *args):  # the append function's arguments
+            outcomes.extend(stream.ingest_entries([dict(zip(broker.ENTRY_ORDER, args, strict=True))]))
 
     monkeypatch.setattr(broker, "client", Deliver)
     return outcomes
@@ -123,17 +123,17 @@ def test_it_keeps_sending_through_a_broker_outage_as_the_workers_do(own_redis, c
     sent, refused = [], []
 
     class Outage:
-        def xadd(self, name, fields, **options):
+        def fcall(self, function, *args):
             if len(sent) == 4:
                 raise KeyboardInterrupt  # in the third round
             if own_redis.proc.poll() is not None and refused:
                 own_redis.start()  # the outage ends after the command has tried at least once
             try:
-                real.xadd(name, fields, **options)
+                real.fcall(function, *args)
             except redis.ConnectionError:
-                refused.append(name)
+                refused.append(function)
                 raise
-            sent.append(name)
+            sent.append(function)
             if len(sent) == 2:
                 own_redis.kill()  # after the first round: a Redis outage
 
@@ -144,4 +144,4 @@ def test_it_keeps_sending_through_a_broker_outage_as_the_workers_do(own_redis, c
     assert "round 0: sent 2 snapshot(s)" in out and "round 1: sent 2 snapshot(s)" in out and "stopped" in out
     assert refused and "the broker is unreachable" in caplog.text
     # Both rounds reached the broker: the first survived in its append-only file.
-    assert own_redis.client().xlen("gpufleet:ingest") == 4
+    assert own_redis.client().xlen(broker.ingest_key()) == 4

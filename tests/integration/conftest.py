@@ -73,13 +73,18 @@ def broker(tmp_path, monkeypatch, settings):
     # Celery prefers the CELERY_BROKER_URL environment variable over its config.
     monkeypatch.setenv("CELERY_BROKER_URL", chosen.url)
     before = _use_broker(app, chosen.url, chosen.transport_options)
-    yield chosen
-    _use_broker(app, *before)
     import redis
 
-    from gpufleet.core.broker import deleted_key
+    from gpufleet.core import broker as stream_broker
+    from gpufleet.fleet import broker_users
 
-    redis.Redis.from_url(url).delete(chosen.stream, deleted_key(chosen.stream))
+    shared = redis.Redis.from_url(url)
+    broker_users.prepare(shared)  # the stream's append function, as a consumer's start loads it
+    yield chosen
+    _use_broker(app, *before)
+    key = stream_broker.ingest_key(chosen.stream)
+    shared.delete(key, stream_broker.deleted_key(key), *shared.keys(f"{key}:admitted:*"))
+    shared.function_delete(stream_broker.append_function(chosen.stream))
 
 
 @pytest.fixture
@@ -147,6 +152,9 @@ def own_redis(tmp_path, monkeypatch):
     folder.mkdir()
     server = OwnRedis(folder)
     server.start()
+    from gpufleet.fleet import broker_users
+
+    broker_users.prepare(server.client())  # the append function, as a consumer's start loads it
     monkeypatch.setenv("CELERY_BROKER_URL", server.url)
     before = _use_broker(app, server.url, dict(app.conf.broker_transport_options or {}))
     try:

@@ -10,7 +10,6 @@ import signal
 import time
 
 import pytest
-from django.conf import settings
 
 from gpufleet import wire
 from gpufleet.core import broker
@@ -87,7 +86,7 @@ def test_consumers_killed_at_random_instants_during_a_backlog_lose_nothing_and_s
     entries it held are taken over by the next one (XAUTOCLAIM after the visibility
     timeout), every snapshot is stored, and none twice (one sample of its GPU)."""
     client = own_redis.client()
-    stream = settings.GPUFLEET_INGEST_STREAM
+    stream = broker.ingest_key()
     names: list[str] = []
 
     def append(count: int) -> None:
@@ -151,7 +150,7 @@ def test_postgresql_restarted_under_load_stores_every_snapshot_whole(own_redis, 
         assert worker.alive()
         retried = [line for line in worker.lines if "database unreachable" in line]
         assert retried, f"the consumer never met the outage: the test proves nothing\n{worker.output}"
-        wait_for(lambda: own_redis.client().xlen(settings.GPUFLEET_INGEST_STREAM) == 0, 10, "nothing left unstored",
+        wait_for(lambda: own_redis.client().xlen(broker.ingest_key()) == 0, 10, "nothing left unstored",
                  (worker,))
     # Whole: every node has its 8 GPUs and one sample of each, and the same findings as the others.
     rows = own_postgres.query(

@@ -1,10 +1,11 @@
 """A flood on the ingest stream with one node's broker credentials, on a redis-server
 started with `up`'s own command line and users (no default user, the centre's, one per
-node): node B appends 100,000 entries (junk, entries naming made-up nodes, entries
-naming node A with bad signatures, entries signed with B's own key far past its cap)
-and 50 zlib bombs, and node A's next snapshot is still stored within one collect
-interval of its append; B's refusals are counted, A is not failed, and no more of B's
-flood is stored than its cap. Redis itself refuses a body longer than the wire bound."""
+node): node B appends 100,000 entries through the stream's append function (junk, which
+the function refuses, entries naming made-up nodes, entries naming node A with bad
+signatures, entries signed with B's own key far past its cap) and 50 zlib bombs, and
+node A's next snapshot is still stored within one collect interval of its append; B's
+refusals are counted, A is not failed, and no more of B's flood is stored than its cap.
+Redis itself refuses a body longer than the wire bound, and any entry of other fields."""
 
 from __future__ import annotations
 
@@ -126,13 +127,16 @@ def _flood(key_b: wire.NodeKey, generation_a: int) -> list[dict[bytes, bytes]]:
     return [*own, *mix]
 
 
-def _append_all(client: redis.Redis, entries: list[dict[bytes, bytes]], chunk: int = 1000) -> None:
-    # Pipelined, as a hostile host would, with no MAXLEN of its own.
+def _append_all(client: redis.Redis, entries: list[dict[bytes, bytes]], chunk: int = 1000) -> int:
+    """Append `entries` through the append function, pipelined as a hostile host would;
+    how many the function refused (those not of an entry's fields)."""
+    refused = 0
     for start in range(0, len(entries), chunk):
         with client.pipeline(transaction=False) as pipe:
             for fields in entries[start:start + chunk]:
-                pipe.xadd(STREAM, fields)
-            pipe.execute()
+                pipe.fcall(broker.append_function(STREAM), 0, *fields.values())
+            refused += sum(isinstance(answer, redis.ResponseError) for answer in pipe.execute(raise_on_error=False))
+    return refused
 
 
 def test_a_flood_and_bombs_from_node_b_delay_node_as_next_snapshot_by_less_than_a_collect_interval(up_redis, monkeypatch):
@@ -141,6 +145,7 @@ def test_a_flood_and_bombs_from_node_b_delay_node_as_next_snapshot_by_less_than_
     centre = broker.connect(up_redis.url, timeout=30, retries=0)
     consumer = stream.Consumer(centre, name="flooded", block_ms=10)
     consumer.ensure_group()
+    key = broker.ingest_key()
     first = snapshot("node-a", 2, at=timezone.now() - timedelta(seconds=INTERVAL_S))
     assert stream.in_process([wire.encode_entry(key_a, "node-a", wire.SNAPSHOT,
                                                 [wire.encode_snapshot(first), None])]) == [ACCEPTED]
@@ -155,9 +160,11 @@ def test_a_flood_and_bombs_from_node_b_delay_node_as_next_snapshot_by_less_than_
     monkeypatch.setattr(wire, "entry_payload", payload)
     flood = _flood(key_b, key_a.generation)
     started = time.monotonic()
-    _append_all(agent_b, flood)
+    refused_by_redis = _append_all(agent_b, flood)
     appended_in = time.monotonic() - started
-    assert centre.xlen(STREAM) == FLOOD + BOMBS + 2
+    # The junk (a quarter of the flood) never reached the stream.
+    assert refused_by_redis == FLOOD // 4
+    assert centre.xlen(key) == FLOOD + BOMBS + 2 - FLOOD // 4
 
     nxt = snapshot("node-a", 2)
     broker.append(wire.encode_entry(key_a, "node-a", wire.SNAPSHOT, [wire.encode_snapshot(nxt), None]), agent_a)
@@ -167,13 +174,14 @@ def test_a_flood_and_bombs_from_node_b_delay_node_as_next_snapshot_by_less_than_
         assert time.monotonic() - sent < 3 * INTERVAL_S, f"node A's snapshot not stored after {handled} entries"
         handled += consumer.step()
     delay = time.monotonic() - sent
-    print(f"\nflood of {len(flood)} appended in {appended_in:.1f} s; node A's snapshot stored {delay:.2f} s after"
-          f" its append, behind {handled - 1} entries ({(handled - 1) / delay:,.0f} entries/s)")
+    print(f"\nflood of {len(flood)} appended in {appended_in:.1f} s ({refused_by_redis} refused by the append"
+          f" function); node A's snapshot stored {delay:.2f} s after its append, behind {handled - 1} entries"
+          f" ({(handled - 1) / delay:,.0f} entries/s)")
     assert delay <= INTERVAL_S
 
     # The whole flood was ahead of A's snapshot, and is handled, acknowledged and gone.
-    assert handled == len(flood) + 1
-    assert centre.xlen(STREAM) == 0 and centre.xpending(STREAM, wire.INGEST_GROUP)["pending"] == 0
+    assert handled == len(flood) - refused_by_redis + 1
+    assert centre.xlen(key) == 0 and centre.xpending(key, wire.INGEST_GROUP)["pending"] == 0
     node_a = Node.objects.get(name="node-a")
     assert node_a.status != Health.FAIL and node_a.problem == ""
     assert (node_a.refused_total, node_a.refused_last_reason) == (FLOOD // 4, Refusal.BAD_SIGNATURE)
@@ -186,17 +194,24 @@ def test_a_flood_and_bombs_from_node_b_delay_node_as_next_snapshot_by_less_than_
     assert DeviceSample.objects.filter(device__node=node_b).count() <= CAP
 
 
-def test_ups_redis_refuses_a_body_longer_than_the_wire_bound(up_redis):
+def test_ups_redis_refuses_an_entry_past_the_wire_bound_or_of_other_fields(up_redis):
     """Redis's proto-max-bulk-len is the wire's body bound: a longer body never reaches
-    the stream (nor Redis's memory), whatever the node's rights."""
+    Redis's memory; and the append function, the one way a node may append, takes an
+    entry's five fields and no more: 64 fields of 1 MiB each (each argument within
+    Redis's bound) never reach the stream either, nor does a node's own XADD."""
     key = credentials.enroll("node-b")
     agent = up_redis.node("node-b")
     fitting = wire.signed_entry(key, "node-b", wire.SNAPSHOT, b"x" * wire.ENTRY_BODY_MAX)
-    agent.xadd(STREAM, fitting)
+    broker.append(fitting, agent)
     longer = wire.signed_entry(key, "node-b", wire.SNAPSHOT, b"x" * (wire.ENTRY_BODY_MAX + 1))
     with pytest.raises(redis.RedisError):
-        agent.xadd(STREAM, longer)
-    assert broker.connect(up_redis.url, retries=0).xlen(STREAM) == 1
+        broker.append(longer, agent)
+    many = [x for i in range(32) for x in (f"f{i}".encode(), b"x" * (wire.ENTRY_BODY_MAX - 8))]
+    with pytest.raises(redis.ResponseError, match="an entry is five fields"):
+        agent.fcall(broker.append_function(STREAM), 0, *many)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        agent.xadd(STREAM, dict(zip(many[::2], many[1::2], strict=True)))
+    assert broker.connect(up_redis.url, retries=0).xlen(broker.ingest_key()) == 1
 
 
 def test_bodies_inflated_and_then_refused_count_against_the_batch_bound(settings):

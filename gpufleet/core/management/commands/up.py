@@ -39,6 +39,7 @@ from honcho.printer import Message, Printer
 from honcho.process import Popen
 
 from gpufleet.core import broker_acl, launch
+from gpufleet.core.broker import ingest_key
 from gpufleet.env import read_private_text, write_private_text
 
 # Seconds to wait before each restart of a child that keeps crashing. One more quick
@@ -151,7 +152,7 @@ class Command(BaseCommand):
         lines = [broker_acl.aclfile_line(broker_acl.CENTRE_USER, password, broker_acl.centre_rules())]
         for name in agents:
             secret = secrets.token_urlsafe(32)
-            rules = broker_acl.node_rules(name, settings.GPUFLEET_INGEST_STREAM)
+            rules = broker_acl.node_rules(name, ingest_key())
             lines.append(broker_acl.aclfile_line(broker_acl.node_user(name), secret, rules))
             url_of_agent = broker_acl.node_url(name, secret, f"redis+socket://{path}")
             write_private_text(broker_acl.agent_url_file(data, name), url_of_agent)

@@ -70,7 +70,8 @@ class Command(BaseCommand):
             raise CommandError(f"{node}: key enrolled, but the broker user was NOT made ({exc}), so the agent"
                                f" cannot reach the broker yet: once it answers, run `{again}` again") from None
         if password is None:
-            self.stderr.write(f"{node}: its broker user exists and keeps its password, which is not kept here:"
-                              f" `manage.py enroll {node} --rotate` issues a new key and password")
+            self.stderr.write(f"{node}: its broker user exists and keeps its password, which is not kept here"
+                              f" (its rights are renewed): `manage.py enroll {node} --rotate` issues a new key and"
+                              f" password")
             return
         self.stdout.write(f"CELERY_BROKER_URL={broker_users.agent_broker_url(node, password, broker_url)}")
