@@ -60,8 +60,11 @@ BATCH = 100  # snapshots per ingest_snapshots call and per floor transaction
 # for seconds, not for the few batches of one round.
 REAL_PATH_ROUNDS = 4
 # The real-path ingest uses a Redis database of its own on the configured server, so
-# the bench's consumers never take the site's snapshots, nor the site's consumers the bench's.
+# the bench's consumers never take the site's snapshots, nor the site's consumers the bench's;
+# and a stream name of its own, as the append function it loads is the server's, not a
+# database's: the site's (of GPUFLEET_INGEST_STREAM) stays as the site loaded it.
 BENCH_REDIS_DB = 15
+BENCH_STREAM = "gpufleet-bench:ingest"
 # The consumers sharing the group in the second real-path figure (one a core of the
 # 2-core host the figures were first taken on).
 SERVICE_CONSUMERS = 2
@@ -246,7 +249,7 @@ class Bench:
         if bench is None:
             return self._skip(key, f"the broker {_safe_url(settings.CELERY_BROKER_URL)} is not Redis")
         url, client = bench
-        stream_key = broker.ingest_key()
+        stream_key = broker.ingest_key(BENCH_STREAM)
         try:
             waiting = client.xlen(stream_key)
         except Exception as exc:  # any failure to reach Redis skips the figure, saying why
@@ -254,8 +257,9 @@ class Bench:
             return self._skip(key, f"no Redis reachable at {_safe_url(url)} ({exc})")
         if waiting:
             client.close()
-            return self._skip(key, f"the stream {settings.GPUFLEET_INGEST_STREAM!r} in {_safe_url(url)} already holds {waiting} "
+            return self._skip(key, f"the stream {BENCH_STREAM!r} in {_safe_url(url)} already holds {waiting} "
                                    "entries that are not this run's; not consuming them")
+        broker_users.prepare(client, BENCH_STREAM)  # as the consumers do when they start
         snapshots = rounds[0]
         last = at + timedelta(seconds=REAL_PATH_ROUNDS - 1)
         entries = self._entries(_timed(rounds, at))
@@ -263,6 +267,7 @@ class Bench:
         metrics_dir = tempfile.mkdtemp(prefix="gpufleet-bench-metrics-")
         env = {"CELERY_BROKER_URL": url, "DATABASE_URL": database_url(connection.settings_dict), "GPUFLEET_ROLE": "central",
                "PROMETHEUS_MULTIPROC_DIR": metrics_dir, "GPUFLEET_DATA_DIR": str(settings.DATA_DIR),
+               "GPUFLEET_INGEST_STREAM": BENCH_STREAM,
                # Each node's REAL_PATH_ROUNDS snapshots come within one interval.
                "GPUFLEET_INGEST_CAP_PER_INTERVAL": str(max(REAL_PATH_ROUNDS, settings.GPUFLEET_INGEST_CAP_PER_INTERVAL))}
         if not os.environ.get("GPUFLEET_SIGNING_KEY"):
@@ -276,11 +281,11 @@ class Bench:
                 # store much of the backlog while the next one still starts.
                 started = [stack.enter_context(running_worker(launch.ingest(), env, f"ingest-{i}"))
                            for i in range(consumers)]
-                broker_users.prepare(client)  # as the consumers did when they started: the append function
+                function = broker.append_function(BENCH_STREAM)
                 began = time.perf_counter()
                 with client.pipeline(transaction=False) as pipe:
-                    for fields in entries:
-                        broker.append(fields, pipe)
+                    for fields in entries:  # as broker.append appends, to the bench's stream
+                        pipe.fcall(function, 0, *(fields[name] for name in broker.ENTRY_ORDER))
                     pipe.execute()
                 deadline = time.monotonic() + max(60.0, len(entries) / 5)
                 done = 0
@@ -306,6 +311,7 @@ class Bench:
             # admissions, which the next run's would otherwise count against its cap.
             admitted = list(client.scan_iter(match=f"{stream_key}:admitted:*", count=1000))
             client.delete(stream_key, broker.deleted_key(stream_key), *admitted)
+            client.function_delete(broker.append_function(BENCH_STREAM))
             client.close()
         return len(entries) / elapsed
 
