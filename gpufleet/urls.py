@@ -21,6 +21,7 @@ urlpatterns = [
     path("claims/", include("gpufleet.claims.urls")),
     path("", include("gpufleet.jobs.urls")),
     path("", include("gpufleet.audit.urls")),
+    path("", include("gpufleet.events.urls")),
     path("", include("gpufleet.fleet.urls")),
 ]
 

@@ -113,6 +113,9 @@ extra_context  # gpufleet/core/admin_site.py
 site_header  # gpufleet/core/admin_site.py
 site_title  # gpufleet/core/admin_site.py
 _.as_postgresql  # gpufleet/core/lookups.py
+_._since  # gpufleet/events/filters.py
+_._state  # gpufleet/events/filters.py
+_._until  # gpufleet/events/filters.py
 lookup_name  # gpufleet/core/lookups.py
 frame  # gpufleet/core/management/commands/up.py
 _.has_forget_permission  # gpufleet/fleet/admin.py
@@ -146,6 +149,9 @@ USER_DELETE  # gpufleet/audit/models.py
 USER_UPDATE  # gpufleet/audit/models.py
 XID_ACKNOWLEDGE  # gpufleet/audit/models.py
 min_free_vram_gib  # gpufleet/claims/forms.py
+INGEST_SILENT  # gpufleet/events/models.py
+worsened_at  # gpufleet/events/models.py
+_.worsened_at  # gpufleet/events/services.py
 whole_node  # gpufleet/claims/forms.py
 power_draw_w_max  # gpufleet/fleet/charts.py
 power_peak_w  # gpufleet/fleet/charts.py
@@ -191,6 +197,8 @@ started_at  # gpufleet/jobs/models.py
 _.active  # gpufleet/core/filters.py
 _.after_text  # gpufleet/claims/views.py
 _.before_text  # gpufleet/claims/views.py
+_.duration  # gpufleet/events/models.py
+_.is_open  # gpufleet/events/models.py
 _.lacks_valid_key  # gpufleet/fleet/models.py
 _.remote_fix  # gpufleet/fleet/nodes.py
 _.svg_width  # gpufleet/fleet/charts.py

@@ -29,6 +29,7 @@ from pydantic_core import PydanticCustomError
 
 from gpufleet import gpu
 from gpufleet.claims.models import Claim
+from gpufleet.events.models import Kind, Severity
 from gpufleet.fleet.models import Attach, FindingStatus, Health
 
 ClaimName = Annotated[
@@ -176,6 +177,21 @@ class ClaimOut(Out):
     expired: bool
     created_at: Time = _time()
     updated_at: Time = _time("the claim's version: send it back exactly as read to change or delete it")
+
+
+class EventOut(Out):
+    """An event of the fleet: open while `closed_at` is null (docs/events.md)."""
+
+    id: int
+    kind: str = _one_of(Kind.values, "what changed")
+    severity: str = _one_of(Severity.values, "the worst it reached while open")
+    node: str | None = Field(description="null: the site's")
+    gpu_index: int | None
+    pci_bus_id: str
+    code: str = Field(description="the finding code, the GPU's UUID, the refusal reason or the claim's name")
+    message: str = Field(description="the latest words")
+    opened_at: Time = _time()
+    closed_at: Time = _time("null while open")
 
 
 class NodeDetail(NodeSummary):

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from gpufleet import gpu
 from gpufleet.claims.models import Claim
+from gpufleet.events.models import Event
 from gpufleet.fleet.models import Device, Finding, Node
 
 
@@ -69,6 +70,22 @@ def device(d: Device, ledger: gpu.Ledger) -> dict:
 
 def finding(f: Finding) -> dict:
     return f.as_gpu_finding().to_dict()
+
+
+def event(e: Event) -> dict:
+    """An event. Needs e.node loaded."""
+    return {
+        "id": e.pk,
+        "kind": e.kind,
+        "severity": e.severity,
+        "node": e.node.name if e.node_id else None,
+        "gpu_index": e.gpu_index,
+        "pci_bus_id": e.pci_bus_id,
+        "code": e.code,
+        "message": e.message,
+        "opened_at": _time(e.opened_at),
+        "closed_at": _time(e.closed_at),
+    }
 
 
 def claim(c: Claim) -> dict:

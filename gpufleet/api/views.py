@@ -31,6 +31,7 @@ from gpufleet.api.schemas import (
     ClaimIn,
     ClaimOut,
     ClaimUpdate,
+    EventOut,
     NodeClaims,
     NodeDetail,
     NodeDevices,
@@ -43,6 +44,8 @@ from gpufleet.claims import services
 from gpufleet.claims.filters import ClaimFilter
 from gpufleet.claims.models import Claim
 from gpufleet.claims.placement import RULED_OUT_SHOWN, fleet_placement
+from gpufleet.events.filters import EventFilter, listed
+from gpufleet.events.models import Event
 from gpufleet.fleet.filters import NodeFilter
 from gpufleet.fleet.models import Node
 
@@ -50,6 +53,7 @@ from gpufleet.fleet.models import Node
 # the API's own (gpufleet.api.pagination), not the overview's `per`.
 NodeQuery = filter_query(NodeFilter, exclude=("per",))
 ClaimQuery = filter_query(ClaimFilter)
+EventQuery = filter_query(EventFilter)
 
 
 def _query(name: str, schema: dict) -> dict:
@@ -269,6 +273,15 @@ def node_findings(request: HttpRequest, name: str) -> dict:
 def claims(request: HttpRequest, filters: Query[ClaimQuery]) -> QuerySet[Claim]:
     """Every claim of the fleet (?node= for one node, ?owner= a username, ?expired=yes|no), paginated."""
     return _claim_rows(filters)
+
+
+@read("/events/", "events", response={200: list[EventOut], **LIST})
+@paginate(Pages, serialize=serializers.event)
+def events(request: HttpRequest, filters: Query[EventQuery]) -> QuerySet[Event]:
+    """The fleet's events as the Events page lists them (open first, then the newest), with
+    its filters: ?kind=, ?severity=, ?node= (a name), ?gpu_model=, ?state=open|closed,
+    ?since= and ?until= (ISO 8601: the events open at some moment between them)."""
+    return _filtered(EventFilter(filters.model_dump(exclude_none=True), queryset=listed()))
 
 
 @read("/placement", "placement", response={200: PlacementOut, **errors(400, 401, 403)}, openapi_extra={"parameters": PLACEMENT})

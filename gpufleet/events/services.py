@@ -319,6 +319,14 @@ def prune(now: datetime | None = None) -> int:
     return deleted
 
 
+TIMELINE_LENGTH = 20
+
+
+def timeline(node_id: int, limit: int = TIMELINE_LENGTH) -> list[Event]:
+    """A node's last events (opened ones), newest first, for its page."""
+    return list(Event.objects.filter(node_id=node_id, opened_at__isnull=False).order_by("-opened_at", "-id")[:limit])
+
+
 def open_count() -> int:
     """How many events are open now (the navigation's figure)."""
     return Event.objects.filter(closed_at__isnull=True, opened_at__isnull=False).count()

@@ -17,6 +17,7 @@ from gpufleet.core import downloads
 from gpufleet.core.access import ACKNOWLEDGE_XID, VIEW, requires
 from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.core.querystring import clean_query
+from gpufleet.events import services as events
 from gpufleet.fleet import charts, reports
 from gpufleet.fleet import nodes as node_page
 from gpufleet.fleet.filters import NodeFilter, paginate
@@ -76,6 +77,7 @@ def node_detail(request, name: str, partial: str | None = None):
         context["devices"] = node_page.device_rows(node, node.ledger(), now, hours)
         context["lost"] = node_page.lost_capacity(node)
         context["history_ranges"] = list(charts.RANGES)
+        context["timeline"] = events.timeline(node.pk)
     return render_page(request, "fleet/node_detail.html", context, partial=partial)
 
 

@@ -27,6 +27,7 @@ ENDPOINTS = {
     "/api/claims/": {"get"},
     "/api/claims/{pk}/": {"get", "put", "delete"},
     "/api/placement": {"get"},
+    "/api/events/": {"get"},
 }
 
 
@@ -102,6 +103,7 @@ ANSWERS = {
     ("/api/claims/{pk}/", "put"): {200, 400, 401, 403, 404, 409, 415, 422, 428},
     ("/api/claims/{pk}/", "delete"): {204, 401, 403, 404, 409, 428},
     ("/api/placement", "get"): {200, 400, 401, 403},
+    ("/api/events/", "get"): {200, 400, 401, 403, 404},
 }
 ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -181,6 +183,8 @@ def test_the_answers_have_the_documented_shapes(client, viewer_client, operator_
         (f"/api/claims/{train.pk}/", "/api/claims/{pk}/"),
         ("/api/placement?count=2", "/api/placement"),
         ("/api/placement?count=x", "/api/placement"),
+        ("/api/events/", "/api/events/"),
+        ("/api/events/?state=ajar", "/api/events/"),
     ]:
         check(viewer_client.get(url), path, "get")
     body = {"name": "x", "count": 1}

@@ -119,9 +119,9 @@ def _with_history(name: str, gpus: int) -> None:
 # session, user, permissions (user, groups), node, findings; the claims panel's
 # own (devices, claims, recent claim changes: owned by the claims editor, so this
 # number moves when that panel does); devices, the history of all its GPUs (the
-# default 24 h: five-minute rollups, then the raw samples after them), recent jobs.
-# Nothing per GPU.
-NODE_PAGE_QUERIES = 13
+# default 24 h: five-minute rollups, then the raw samples after them), recent jobs,
+# the timeline's last events. Nothing per GPU.
+NODE_PAGE_QUERIES = 14
 
 
 @pytest.mark.django_db
