@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "gpufleet.jobs",
     "gpufleet.audit",
     "gpufleet.events",
+    "gpufleet.alerts",
     "gpufleet.ingest",
     "gpufleet.api",
 ]
@@ -270,6 +271,16 @@ GPUFLEET_EVENT_OPEN_AFTER_S = env_float("GPUFLEET_EVENT_OPEN_AFTER_S", 0.0, mini
 GPUFLEET_EVENT_CLOSE_AFTER_S = env_float("GPUFLEET_EVENT_CLOSE_AFTER_S", float(GPUFLEET_COLLECT_INTERVAL), minimum=0.0)
 GPUFLEET_EVENT_RETENTION_DAYS = env_float("GPUFLEET_EVENT_RETENTION_DAYS", 365.0, minimum=1.0)
 GPUFLEET_EVENTS_AT_INGEST = env_bool("GPUFLEET_EVENTS_AT_INGEST", True)
+# Alerts (gpufleet/alerts, docs/alerts.md): the central beat plans and sends them every
+# TICK_S; events due within GROUP_S of each other go as one notification per rule and
+# channel; a failed send is tried again RETRY_S later (doubling, three tries in all); a
+# send claimed longer than CLAIM_TIMEOUT_S ago (its sender died) is taken again, so keep
+# it longer than any send may take. Links in notifications start with SITE_URL.
+GPUFLEET_ALERT_TICK_S = env_float("GPUFLEET_ALERT_TICK_S", 10.0, minimum=1.0)
+GPUFLEET_ALERT_GROUP_S = env_float("GPUFLEET_ALERT_GROUP_S", 30.0, minimum=0.0)
+GPUFLEET_ALERT_RETRY_S = env_float("GPUFLEET_ALERT_RETRY_S", 60.0, minimum=1.0)
+GPUFLEET_ALERT_CLAIM_TIMEOUT_S = env_float("GPUFLEET_ALERT_CLAIM_TIMEOUT_S", 300.0, minimum=10.0)
+GPUFLEET_SITE_URL = os.environ.get("GPUFLEET_SITE_URL") or f"http://{GPUFLEET_BIND}"
 # Finding codes this host's agent may fix when asked (comma-separated); none by default.
 GPUFLEET_AGENT_FIXES = _AGENT.GPUFLEET_AGENT_FIXES
 # How long "diagnose now" waits for the node before saying it did not answer.
@@ -349,6 +360,7 @@ CELERY_TASK_ROUTES = {
     "gpufleet.jobs.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
     "gpufleet.claims.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
     "gpufleet.events.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
+    "gpufleet.alerts.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
@@ -399,5 +411,11 @@ else:
         "prune-events": {
             "task": "gpufleet.events.tasks.prune_events",
             "schedule": 3600.0,
+        },
+        # Plans and sends the alerts due (gpufleet/alerts/services.py).
+        "send-alerts": {
+            "task": "gpufleet.alerts.tasks.send_alerts",
+            "schedule": GPUFLEET_ALERT_TICK_S,
+            "options": {"expires": GPUFLEET_ALERT_TICK_S},
         },
     }

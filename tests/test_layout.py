@@ -10,6 +10,8 @@ code points downwards (or within its own package). Lower layers first:
                              may write audit rows and events (the fleet's memory, which
                              names nodes and jobs only by model label); claims and jobs
                              never import each other
+    alerts                   above them all: reads events (and nodes), sends on the
+                             central beat; nothing below imports it, nor does ingest
     ingest, api              the top: may use every app
     tools                    the bench, the simulated fleet and their helpers: may use
                              everything, and nothing imports them but manage.py's
@@ -39,6 +41,7 @@ LAYERS = {
     "fleet": (4, 2),
     "claims": (4, 3),
     "jobs": (4, 3),
+    "alerts": (4, 4),
     "ingest": (5, 0),
     "api": (5, 0),
     "tools": (6, 0),
@@ -117,6 +120,18 @@ def test_nothing_but_the_tool_commands_imports_the_tools():
         if package != "tools" and str(path.relative_to(ROOT)) not in TOOL_COMMANDS
         for line, module in _imports(path)
         if _package(module) == "tools"
+    ]
+    assert wrong == []
+
+
+def test_ingest_never_imports_the_alerts():
+    # Alerts are sent by the central beat, never on the ingest queue (docs/alerts.md).
+    wrong = [
+        f"{path.relative_to(ROOT.parent)}:{line} imports {module}"
+        for package, path in _modules()
+        if package == "ingest"
+        for line, module in _imports(path)
+        if _package(module) == "alerts"
     ]
     assert wrong == []
 

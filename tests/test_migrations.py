@@ -12,7 +12,7 @@ import pytest
 from django.core.management import call_command
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = {app: ["0001_initial"] for app in ("api", "audit", "claims", "events", "fleet", "jobs")}
+SHIPPED = {app: ["0001_initial"] for app in ("alerts", "api", "audit", "claims", "events", "fleet", "jobs")}
 
 
 def _migrations() -> dict[str, list[Path]]:

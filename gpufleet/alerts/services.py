@@ -1,0 +1,323 @@
+"""Alerts: which events are due to be sent (`plan`), and sending them (`send_due`), on
+the central beat's housekeeping worker (gpufleet/alerts/tasks.py) or by
+`manage.py alerts --once`; never at ingest.
+
+Planning, one run at a time (a database lock): every enabled rule with a channel is
+matched against the open events (and the one-off events since the rule was made). An
+event open for the rule's wait is due an "opened" notice; while it stays open, a
+"repeat-N" notice every `repeat_hours`; once it closes, a "resolved" notice if the
+rule asks and something about it was sent. Each notice is a DeliveryEvent row, unique
+per event, rule, channel and notice, so nothing is announced twice. Due notices join a
+pending delivery of the same rule, channel and notice made within the last
+GPUFLEET_ALERT_GROUP_S, or start one that waits that long for more: a rack losing power
+is one message. A node under an active silence gets a delivery marked silenced instead.
+
+Sending is Healthchecks' sendalerts pattern: a sender claims one due delivery with a
+conditional UPDATE (pending -> sending, with its own token), sends it, and records the
+outcome only if the claim is still its own. A claim older than
+GPUFLEET_ALERT_CLAIM_TIMEOUT_S (its sender died mid-send) may be taken again. Up to
+MAX_TRIES tries, GPUFLEET_ALERT_RETRY_S apart and doubling."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Exists, F, OuterRef, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from gpufleet.alerts import channels
+from gpufleet.alerts.models import Channel, Delivery, DeliveryEvent, Notice, Rule, Silence, Status
+from gpufleet.events.models import Event, Severity
+
+log = logging.getLogger(__name__)
+
+MAX_TRIES = 3
+# One-off events (opened and closed at once: a key revoked, a fix applied) are sent only
+# if this recent, so a rule made today does not announce last month's.
+ONE_OFF_HORIZON = timedelta(days=1)
+# Events listed by name in one message; the rest are counted.
+LISTED = 50
+# How long one run sends before it leaves the rest to the next: within Celery's task time limit.
+SEND_BUDGET_S = 60.0
+# The PostgreSQL advisory lock that lets one planner run at a time.
+_PLAN_LOCK = 0x6770_616C  # "gpal"
+
+
+@dataclass
+class Run:
+    planned: int = 0
+    sent: int = 0
+    failed: int = 0
+
+
+def run_once(now: datetime | None = None) -> Run:
+    """What the beat does every few seconds, and `manage.py alerts --once`: plan what is
+    due now, then send every delivery due."""
+    run = Run(planned=plan(now))
+    run.sent, run.failed = send_due()
+    return run
+
+
+# --- planning ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Due:
+    rule: Rule
+    channel_id: int
+    notice: str  # Notice value of the delivery
+    silenced: bool
+
+
+def plan(now: datetime | None = None) -> int:
+    """Make the deliveries of every notice due now; how many notices were due."""
+    now = now or timezone.now()
+    rules = [rule for rule in Rule.objects.filter(enabled=True).prefetch_related("channels") if rule.channels.all()]
+    if not rules:
+        return 0
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_PLAN_LOCK])
+        due = _due_opened(rules, now)
+        for key, items in _due_resolved(rules, now).items():
+            due[key] += items
+        _make_deliveries(due, now)
+    return sum(len(items) for items in due.values())
+
+
+def _due_opened(rules: list[Rule], now: datetime) -> defaultdict[_Due, list[tuple[int, str]]]:
+    """The open events (and recent one-off events) each rule's channels are due to hear
+    of now, as opened or repeat notices, by delivery they go in: (event pk, notice)."""
+    oldest_rule = min(rule.created_at for rule in rules)
+    one_off = Q(closed_at=F("opened_at"), opened_at__gte=max(oldest_rule, now - ONE_OFF_HORIZON))
+    events = list(Event.objects.filter(Q(closed_at__isnull=True) | one_off, opened_at__isnull=False,
+                                       opened_at__lte=now).select_related("node"))
+    due: defaultdict[_Due, list[tuple[int, str]]] = defaultdict(list)
+    if not events:
+        return due
+    sent = set(DeliveryEvent.objects.filter(event_id__any=[e.pk for e in events])
+               .values_list("event_id", "rule_id", "channel_id", "notice"))
+    silences = list(Silence.objects.active(now))
+    for event in events:
+        name = event.node.name if event.node_id else None
+        silenced = any(s.covers(name) for s in silences)
+        once = event.closed_at is not None
+        for rule in rules:
+            if not rule.matches(event.kind, event.severity, name, event.node.gpu_models if event.node_id else ""):
+                continue
+            if once and event.opened_at < rule.created_at:
+                continue
+            open_for = now - event.opened_at - timedelta(minutes=rule.wait_minutes)
+            if not once and open_for < timedelta(0):
+                continue
+            for channel in rule.channels.all():
+                if (event.pk, rule.pk, channel.pk, Notice.OPENED) not in sent:
+                    due[_Due(rule, channel.pk, Notice.OPENED, silenced)].append((event.pk, Notice.OPENED))
+                elif rule.repeat_hours and not once:
+                    repeat = int(open_for / timedelta(hours=rule.repeat_hours))
+                    label = f"{Notice.REPEAT}-{repeat}"
+                    if repeat >= 1 and (event.pk, rule.pk, channel.pk, label) not in sent:
+                        due[_Due(rule, channel.pk, Notice.REPEAT, silenced)].append((event.pk, label))
+    return due
+
+
+def _due_resolved(rules: list[Rule], now: datetime) -> defaultdict[_Due, list[tuple[int, str]]]:
+    """Closed events that a rule asking for recoveries announced (a notice of it was
+    sent) and whose recovery was not yet: due a resolved notice."""
+    wanted = {rule.pk: rule for rule in rules if rule.notify_resolved}
+    due: defaultdict[_Due, list[tuple[int, str]]] = defaultdict(list)
+    if not wanted:
+        return due
+    resolved = DeliveryEvent.objects.filter(event_id=OuterRef("event_id"), rule_id=OuterRef("rule_id"),
+                                            channel_id=OuterRef("channel_id"), notice=Notice.RESOLVED)
+    rows = set(
+        DeliveryEvent.objects.filter(rule_id__any=list(wanted), delivery__status=Status.SENT,
+                                     event__closed_at__isnull=False, event__closed_at__lte=now)
+        .exclude(event__closed_at=F("event__opened_at")).exclude(Exists(resolved))
+        .values_list("event_id", "rule_id", "channel_id", "event__node__name")
+    )
+    silences = list(Silence.objects.active(now))
+    for event_id, rule_id, channel_id, name in sorted(rows):
+        rule = wanted[rule_id]
+        if channel_id not in {channel.pk for channel in rule.channels.all()}:
+            continue
+        silenced = any(s.covers(name) for s in silences)
+        due[_Due(rule, channel_id, Notice.RESOLVED, silenced)].append((event_id, Notice.RESOLVED))
+    return due
+
+
+def _make_deliveries(due: dict[_Due, list[tuple[int, str]]], now: datetime) -> None:
+    """Put each due notice in a delivery: a pending one of its rule, channel and notice
+    whose grouping window is still open, or a new one (silenced ones: marked so)."""
+    window = timedelta(seconds=settings.GPUFLEET_ALERT_GROUP_S)
+    channel_names = dict(Channel.objects.values_list("pk", "name"))
+    items = []
+    for key, notices in due.items():
+        if not notices:
+            continue
+        delivery = None
+        if not key.silenced:
+            delivery = Delivery.objects.filter(rule=key.rule, channel_id=key.channel_id, notice=key.notice,
+                                               status=Status.PENDING, tries=0, next_try_at__gt=now).first()
+        if delivery is None:
+            delivery = Delivery.objects.create(
+                rule=key.rule, rule_name=key.rule.name, channel_id=key.channel_id,
+                channel_name=channel_names.get(key.channel_id, ""), notice=key.notice, created_at=now,
+                status=Status.SILENCED if key.silenced else Status.PENDING, next_try_at=now + window,
+            )
+        items += [DeliveryEvent(delivery=delivery, event_id=event_id, rule=key.rule, channel_id=key.channel_id,
+                                notice=notice) for event_id, notice in notices]
+    DeliveryEvent.objects.bulk_create(items)
+
+
+# --- sending -------------------------------------------------------------------------
+
+
+def send_due(deadline_s: float | None = None) -> tuple[int, int]:
+    """Claim and send due deliveries one at a time until none is due (or `deadline_s`
+    passed: the beat's task must end within Celery's time limit); (sent, failed for good)."""
+    deadline = time.monotonic() + (deadline_s if deadline_s is not None else SEND_BUDGET_S)
+    sent = failed = 0
+    while time.monotonic() < deadline:
+        claimed = claim()
+        if claimed is None:
+            break
+        status = deliver(*claimed)
+        sent += status == Status.SENT
+        failed += status == Status.FAILED
+    return sent, failed
+
+
+def claim(now: datetime | None = None) -> tuple[Delivery, uuid.UUID] | None:
+    """Take one due delivery for this sender: a pending one whose time came, or one a
+    sender claimed longer ago than GPUFLEET_ALERT_CLAIM_TIMEOUT_S (it died). The UPDATE
+    takes it only if nobody else did meanwhile; the loser tries the next."""
+    now = now or timezone.now()
+    stale = now - timedelta(seconds=settings.GPUFLEET_ALERT_CLAIM_TIMEOUT_S)
+    due = Q(status=Status.PENDING, next_try_at__lte=now) | Q(status=Status.SENDING, claimed_at__lt=stale)
+    while True:
+        row = Delivery.objects.filter(due).order_by("next_try_at", "pk").values("pk", "status", "claim_token").first()
+        if row is None:
+            return None
+        token = uuid.uuid4()
+        taken = Delivery.objects.filter(pk=row["pk"], status=row["status"], claim_token=row["claim_token"]).update(
+            status=Status.SENDING, claim_token=token, claimed_at=now, tries=F("tries") + 1)
+        if taken:
+            return Delivery.objects.select_related("channel", "rule").get(pk=row["pk"]), token
+
+
+def deliver(delivery: Delivery, token: uuid.UUID) -> str:
+    """Send a delivery this sender claimed and record how it went (only while the claim
+    is still its own); the status it ended in."""
+    now = timezone.now()
+    mine = Delivery.objects.filter(pk=delivery.pk, claim_token=token)
+    events = list(delivery.events.select_related("node").order_by("node__name", "kind", "code"))
+    silences = list(Silence.objects.active(now))
+    if events and all(any(s.covers(_node_name(e)) for s in silences) for e in events):
+        mine.update(status=Status.SILENCED)
+        return Status.SILENCED
+    channel = delivery.channel
+    if channel is None or delivery.tries > MAX_TRIES:
+        error = "its channel was deleted" if channel is None else "its sender stopped while sending, too often"
+        mine.update(status=Status.FAILED, error=error)
+        return Status.FAILED
+    if not delivery.title:
+        delivery.title, delivery.body = message(delivery, events)
+        mine.update(title=delivery.title, body=delivery.body)
+    outcome = channels.send(channel.url, delivery.title, delivery.body)
+    now = timezone.now()
+    if outcome.sent:
+        if mine.update(status=Status.SENT, sent_at=now, error=""):
+            Channel.objects.filter(pk=channel.pk).update(failing_since=None, last_error="", last_sent_at=now)
+        log.info("alert %d sent to channel %s (%d event(s))", delivery.pk, channel.name, len(events))
+        return Status.SENT
+    if delivery.tries >= MAX_TRIES:
+        if mine.update(status=Status.FAILED, error=outcome.error):
+            Channel.objects.filter(pk=channel.pk).update(failing_since=Coalesce("failing_since", now),
+                                                          last_error=outcome.error)
+        log.warning("alert %d to channel %s failed for good after %d tries: %s", delivery.pk, channel.name,
+                    delivery.tries, outcome.error)
+        return Status.FAILED
+    retry = timedelta(seconds=settings.GPUFLEET_ALERT_RETRY_S * 2 ** (delivery.tries - 1))
+    mine.update(status=Status.PENDING, error=outcome.error, next_try_at=now + retry, claim_token=None,
+                claimed_at=None)
+    log.warning("alert %d to channel %s failed (try %d of %d, again in %s): %s", delivery.pk, channel.name,
+                delivery.tries, MAX_TRIES, retry, outcome.error)
+    return Status.PENDING
+
+
+def _node_name(event: Event) -> str | None:
+    return event.node.name if event.node_id else None
+
+
+# --- the message -----------------------------------------------------------------------
+
+_HEADINGS = {Notice.OPENED: "", Notice.REPEAT: "still open: ", Notice.RESOLVED: "resolved: "}
+
+
+def message(delivery: Delivery, events: list[Event]) -> tuple[str, str]:
+    """The title and text of a delivery: counts, one line per event (the first LISTED),
+    and a link to the Events page showing them."""
+    nodes = sorted({_node_name(e) or "the site" for e in events})
+    severities = defaultdict(int)
+    for event in events:
+        severities[Severity(event.severity).label.lower()] += 1
+    counts = ", ".join(f"{count} {label}" for label, count in sorted(severities.items()))
+    where = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+    if len(events) == 1:
+        subject = _describe(events[0])
+    else:
+        subject = f"{len(events)} events on {len(nodes)} node{'s' if len(nodes) != 1 else ''} ({where})"
+    title = f"gpufleet: {_HEADINGS[delivery.notice]}{subject}"[:300]
+    lines = [f"{delivery.rule_name}: {_HEADINGS[delivery.notice] or 'opened: '}{counts}, "
+             f"on {len(nodes)} node{'s' if len(nodes) != 1 else ''}.", ""]
+    for event in events[:LISTED]:
+        since = f"since {event.opened_at:%Y-%m-%d %H:%M} UTC"
+        if event.closed_at is not None:
+            since = f"{event.opened_at:%Y-%m-%d %H:%M}–{event.closed_at:%H:%M} UTC"
+        lines.append(f"- {_describe(event)} ({Severity(event.severity).label.lower()}, {since})"
+                     + (f": {event.message}" if event.message else ""))
+    if len(events) > LISTED:
+        lines.append(f"- and {len(events) - LISTED} more")
+    lines += ["", f"Events: {events_link(nodes)}"]
+    return title, "\n".join(lines)
+
+
+def _describe(event: Event) -> str:
+    where = _node_name(event) or "the site"
+    what = event.name or event.get_kind_display()
+    return f"{where}: {what}"
+
+
+def events_link(nodes: list[str]) -> str:
+    """The Events page showing these nodes' events (all open events past LISTED nodes)."""
+    base = settings.GPUFLEET_SITE_URL.rstrip("/") + "/events/"
+    named = [name for name in nodes if name != "the site"]
+    if not named or len(named) > LISTED:
+        return base + "?" + urlencode({"open": "yes"})
+    return base + "?" + urlencode([("node", name) for name in named])
+
+
+# --- for pages ---------------------------------------------------------------------------
+
+
+def failing_channels() -> int:
+    """How many channels are failing now (a notification failed every try since the
+    last one sent): the Channels page marks them, the overview may count them."""
+    return Channel.objects.filter(failing_since__isnull=False).count()
+
+
+def send_test(channel: Channel) -> channels.Outcome:
+    """Send a test notification to a channel now (the Channels page's button)."""
+    return channels.send(channel.url, "gpufleet: test notification",
+                         f"A test from gpufleet to the channel {channel.name}: if you read this, it works.")
