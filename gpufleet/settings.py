@@ -364,58 +364,48 @@ CELERY_TASK_ROUTES = {
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
-# GPUFLEET_ROLE picks whose beat schedule this process runs: the node agent's
-# (collect this host) or the central site's (offline marking, pruning).
-GPUFLEET_ROLE = os.environ.get("GPUFLEET_ROLE", "central")
-if GPUFLEET_ROLE not in ("central", "agent"):
-    raise RuntimeError(f"GPUFLEET_ROLE must be 'central' or 'agent', not {GPUFLEET_ROLE!r}")
-if GPUFLEET_ROLE == "agent":
-    # Every key of the agent's queue (the queue, its unacknowledged index, its bindings)
-    # under the node's own prefix: the only keys its broker user may use.
-    CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = broker_acl.node_key_prefix(GPUFLEET_NODE_NAME)
-    CELERY_BEAT_SCHEDULE = agent_settings.agent_beat_schedule(_AGENT)
-else:
-    CELERY_BEAT_SCHEDULE = {
-        "mark-offline": {
-            "task": "gpufleet.fleet.tasks.mark_offline",
-            "schedule": GPUFLEET_COLLECT_INTERVAL,
-            "options": {"expires": GPUFLEET_COLLECT_INTERVAL},
-        },
-        # Every five minutes: the finished five-minute buckets (gpufleet/fleet/history.py).
-        "roll-history": {
-            "task": "gpufleet.fleet.tasks.roll_history",
-            "schedule": 300.0,
-            "options": {"expires": 300.0},
-        },
-        "prune-history": {
-            "task": "gpufleet.fleet.tasks.prune_history",
-            "schedule": 3600.0,
-        },
-        "expire-jobs": {
-            "task": "gpufleet.jobs.tasks.expire_jobs",
-            "schedule": 10.0,
-            "options": {"expires": 10.0},
-        },
-        # Does nothing unless GPUFLEET_RELEASE_EXPIRED is true.
-        "release-expired-claims": {
-            "task": "gpufleet.claims.tasks.release_expired",
-            "schedule": 60.0,
-            "options": {"expires": 60.0},
-        },
-        # Events that stayed clear while nothing observed them close (gpufleet/events/services.py).
-        "close-events": {
-            "task": "gpufleet.events.tasks.close_cleared",
-            "schedule": GPUFLEET_COLLECT_INTERVAL,
-            "options": {"expires": GPUFLEET_COLLECT_INTERVAL},
-        },
-        "prune-events": {
-            "task": "gpufleet.events.tasks.prune_events",
-            "schedule": 3600.0,
-        },
-        # Plans and sends the alerts due (gpufleet/alerts/services.py).
-        "send-alerts": {
-            "task": "gpufleet.alerts.tasks.send_alerts",
-            "schedule": GPUFLEET_ALERT_TICK_S,
-            "options": {"expires": GPUFLEET_ALERT_TICK_S},
-        },
-    }
+# The central beat's schedule (launch.central_beat); each agent has its own (agent_settings).
+CELERY_BEAT_SCHEDULE = {
+    "mark-offline": {
+        "task": "gpufleet.fleet.tasks.mark_offline",
+        "schedule": GPUFLEET_COLLECT_INTERVAL,
+        "options": {"expires": GPUFLEET_COLLECT_INTERVAL},
+    },
+    # Every five minutes: the finished five-minute buckets (gpufleet/fleet/history.py).
+    "roll-history": {
+        "task": "gpufleet.fleet.tasks.roll_history",
+        "schedule": 300.0,
+        "options": {"expires": 300.0},
+    },
+    "prune-history": {
+        "task": "gpufleet.fleet.tasks.prune_history",
+        "schedule": 3600.0,
+    },
+    "expire-jobs": {
+        "task": "gpufleet.jobs.tasks.expire_jobs",
+        "schedule": 10.0,
+        "options": {"expires": 10.0},
+    },
+    # Does nothing unless GPUFLEET_RELEASE_EXPIRED is true.
+    "release-expired-claims": {
+        "task": "gpufleet.claims.tasks.release_expired",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
+    # Events that stayed clear while nothing observed them close (gpufleet/events/services.py).
+    "close-events": {
+        "task": "gpufleet.events.tasks.close_cleared",
+        "schedule": GPUFLEET_COLLECT_INTERVAL,
+        "options": {"expires": GPUFLEET_COLLECT_INTERVAL},
+    },
+    "prune-events": {
+        "task": "gpufleet.events.tasks.prune_events",
+        "schedule": 3600.0,
+    },
+    # Plans and sends the alerts due (gpufleet/alerts/services.py).
+    "send-alerts": {
+        "task": "gpufleet.alerts.tasks.send_alerts",
+        "schedule": GPUFLEET_ALERT_TICK_S,
+        "options": {"expires": GPUFLEET_ALERT_TICK_S},
+    },
+}

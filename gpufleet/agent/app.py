@@ -4,6 +4,7 @@ serves, so it loads neither the site's settings and apps nor a database driver; 
 Django fixup either, even when DJANGO_SETTINGS_MODULE is set in its environment."""
 
 import logging.config
+import sys
 
 from celery import Celery, bootsteps
 from celery.beat import EmbeddedService
@@ -35,3 +36,13 @@ class ThreadedBeat(bootsteps.StartStopStep):
 app = Celery(agent_settings.AGENT_APP, fixups=[], include=["gpufleet.agent.tasks"])
 app.conf.update(agent_settings.agent_celery_options(agent_settings.current()))
 app.steps["worker"].add(ThreadedBeat)
+
+
+def run() -> None:
+    """Run the agent's worker (as `celery worker` would, without loading the rest of
+    Celery's command line) until it is stopped."""
+    settings = agent_settings.current()
+    settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
+    worker = app.Worker(**agent_settings.agent_worker_options(settings))
+    worker.start()
+    sys.exit(worker.exitcode)

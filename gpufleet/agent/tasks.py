@@ -97,8 +97,7 @@ def apply_fix(self, job_id: int, code: str, auth: dict | None = None) -> None:
 
 @worker_ready.connect
 def collect_at_start(sender, **kwargs) -> None:
-    """An agent reports as soon as it starts, not one interval later: a worker of the
-    agent's app, or a central one run as an agent (GPUFLEET_ROLE=agent)."""
-    settings = agent_settings.current()
-    if sender.app.main == agent_settings.AGENT_APP or getattr(settings, "GPUFLEET_ROLE", "") == "agent":
-        collect.apply_async(queue=wire.agent_queue(settings.GPUFLEET_NODE_NAME))
+    """An agent reports as soon as it starts, not one interval later. Central workers load
+    these tasks too (to send them), but only the agent's app collects."""
+    if sender.app.main == agent_settings.AGENT_APP:
+        collect.apply_async(queue=wire.agent_queue(agent_settings.current().GPUFLEET_NODE_NAME))

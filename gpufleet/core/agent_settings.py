@@ -168,6 +168,25 @@ def agent_celery_options(s: Any) -> dict[str, Any]:
     }
 
 
+def agent_worker_options(s: Any) -> dict[str, Any]:
+    """How the agent's app runs its worker (gpufleet/agent/app.py `run`): on its node's
+    queue, one task at a time in the worker's own process, with the beat's schedule kept
+    in the data dir."""
+    node = s.GPUFLEET_NODE_NAME
+    return {
+        "hostname": f"agent.{node}@{socket.gethostname()}",
+        "queues": [f"node.{node}"],
+        "pool_cls": "solo",
+        "loglevel": "INFO",
+        "schedule_filename": str(s.DATA_DIR / f"beat-agent-{node}"),
+        # Workers never talk to each other and nothing listens for worker events; and its
+        # broker user may send nothing but its own queue's commands and XADD (broker_acl).
+        "without_mingle": True,
+        "without_gossip": True,
+        "without_heartbeat": True,
+    }
+
+
 def logging_config() -> dict[str, Any]:
     """The logging of every gpufleet process (settings.LOGGING; the agent's app applies it
     itself): LOG_LEVEL for gpufleet's own loggers."""

@@ -49,15 +49,11 @@ def central_beat(data_dir: Path) -> list[str]:
             "-B", "-s", str(data_dir / "beat-central"), "-l", "INFO"]
 
 
-def agent_worker(node: str, data_dir: Path) -> list[str]:
-    """A node's agent: the agent's own Celery app (gpufleet/agent/app.py, no Django),
-    consuming its queue node.<name>, with the beat that schedules collect."""
-    # No heartbeat either: its broker user may send nothing but its own queue's commands
-    # and XADD (gpufleet/core/broker_acl.py), and nothing listens for worker events.
-    # Its beat runs in a thread of the worker (gpufleet/agent/app.py), not in the process -B forks.
-    return [PYTHON, "-m", "celery", "-A", "gpufleet.agent.app", "worker", "-Q", f"node.{node}",
-            "-s", str(data_dir / f"beat-agent-{node}"),
-            "--pool", "solo", "-n", f"agent.{node}@%h", *_QUIET, "--without-heartbeat", "-l", "INFO"]
+def agent_worker() -> list[str]:
+    """This host's agent: the agent's own Celery app (gpufleet/agent/app.py, no Django),
+    consuming its queue node.<GPUFLEET_NODE_NAME>, with the beat that schedules collect in
+    a thread; its node, broker and data dir come from its environment."""
+    return [PYTHON, "-m", "gpufleet.agent"]
 
 
 def redis_server(binary: str, socket: Path, aclfile: Path) -> list[str]:

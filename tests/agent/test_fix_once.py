@@ -40,8 +40,7 @@ print(json.dumps(runs))
 
 def _agent_process(data_dir: Path, key: wire.NodeKey, job_id: int, auth: dict) -> list[str]:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "GPUFLEET_DATA_DIR": str(data_dir),
-           "GPUFLEET_NODE_NAME": "alpha", "GPUFLEET_AGENT_KEY": str(key), "GPUFLEET_AGENT_FIXES": "cdi",
-           "GPUFLEET_ROLE": "agent"}
+           "GPUFLEET_NODE_NAME": "alpha", "GPUFLEET_AGENT_KEY": str(key), "GPUFLEET_AGENT_FIXES": "cdi"}
     done = subprocess.run([sys.executable, "-c", AGENT, json.dumps([job_id, "cdi", auth])], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

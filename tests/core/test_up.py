@@ -293,7 +293,7 @@ def test_its_agents_log_in_as_their_own_nodes_users(monkeypatch, tmp_path, setti
     monkeypatch.setattr(agent_command.os, "execve", lambda path, argv, env: ran.update(env))
     monkeypatch.setenv("CELERY_BROKER_URL", "redis+socket://gpufleet-centre:pw@/x.sock")
     call_command("agent")
-    assert ran["CELERY_BROKER_URL"] == url and ran["GPUFLEET_ROLE"] == "agent"
+    assert ran["CELERY_BROKER_URL"] == url and ran["GPUFLEET_NODE_NAME"] == "demo-1" and "DJANGO_SETTINGS_MODULE" not in ran
     # With a broker of its own choosing, up leaves none of those behind.
     Command()._broker(["this-host", "demo-1"])
     assert not list(tmp_path.glob("agent-*.broker"))

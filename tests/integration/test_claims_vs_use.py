@@ -14,7 +14,7 @@ from gpufleet.claims import services as claims
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
 from tests.fakes.recorded import DATA_DIR
-from tests.integration.workers import agent_key_env, celery_worker, database_url_for_workers, ingest_consumer, wait_for
+from tests.integration.workers import agent_key_env, agent_process, database_url_for_workers, ingest_consumer, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -35,12 +35,12 @@ def test_the_node_page_shows_a_gpu_used_without_a_claim_and_a_claim_left_idle(
         {"Id": CONTAINER_ID, "Names": ["/trainer"], "Image": "pytorch/pytorch:2.5.1", "Labels": {}},
     ]
     common = {**broker.env(), "DATABASE_URL": database_url_for_workers(), "GPUFLEET_COLLECT_INTERVAL": "1"}
-    central = {**common, "GPUFLEET_ROLE": "central", "GPUFLEET_NODE_NAME": "central", "GPUFLEET_IDLE_HOURS": IDLE_HOURS}
-    agent = {**common, **fake_host.env(), "GPUFLEET_ROLE": "agent", "GPUFLEET_NODE_NAME": node_name,
+    central = {**common, "GPUFLEET_NODE_NAME": "central", "GPUFLEET_IDLE_HOURS": IDLE_HOURS}
+    agent = {**common, **fake_host.env(), "GPUFLEET_NODE_NAME": node_name,
              "GPUFLEET_PROC_ROOT": str(proc), **agent_key_env(node_name)}
 
     with ingest_consumer(central) as ingest, \
-         celery_worker("agent", f"node.{node_name}", agent, beat_file=tmp_path / "beat-agent") as worker:
+         agent_process(agent) as worker:
         workers = (ingest, worker)
         node = wait_for(lambda: Node.objects.filter(name=node_name, gpu_count=8).first(), 30,
                         "the agent's first snapshot", workers)

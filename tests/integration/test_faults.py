@@ -18,7 +18,7 @@ from gpufleet.fleet.models import DeviceSample, Node
 from tests.factories import snapshot
 from tests.integration.workers import (
     agent_key_env,
-    celery_worker,
+    agent_process,
     database_url_for_workers,
     ingest_consumer,
     send_snapshot,
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 def _central(own_redis, **extra) -> dict[str, str]:
     return {"CELERY_BROKER_URL": own_redis.url, "DATABASE_URL": database_url_for_workers(),
-            "GPUFLEET_ROLE": "central", "GPUFLEET_NODE_NAME": "central", **extra}
+            "GPUFLEET_NODE_NAME": "central", **extra}
 
 
 def _send(names: list[str], gpus: int = 2) -> list[str]:
@@ -49,10 +49,10 @@ def _stored(names) -> set[str]:
 
 
 def test_redis_killed_and_started_again_under_load_loses_no_accepted_snapshot(own_redis, fake_host, tmp_path):
-    agent_env = {**_central(own_redis), **fake_host.env(), "GPUFLEET_ROLE": "agent", "GPUFLEET_NODE_NAME": "faulty-1",
-                 "GPUFLEET_COLLECT_INTERVAL": "1", **agent_key_env("faulty-1")}
+    agent_env = {**_central(own_redis), **fake_host.env(), "GPUFLEET_NODE_NAME": "faulty-1",
+                 "GPUFLEET_DATA_DIR": str(tmp_path), "GPUFLEET_COLLECT_INTERVAL": "1", **agent_key_env("faulty-1")}
     with ingest_consumer(_central(own_redis, GPUFLEET_BROKER_VISIBILITY_TIMEOUT="5")) as ingest, \
-         celery_worker("agent", "node.faulty-1", agent_env, beat_file=tmp_path / "beat") as agent:
+         agent_process(agent_env) as agent:
         workers = (ingest, agent)
         sent = _send([f"before-{i:03}" for i in range(150)])
         own_redis.kill()  # mid-stream: some are stored, some wait in Redis's append-only file

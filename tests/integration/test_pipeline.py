@@ -11,6 +11,7 @@ from gpufleet.jobs.models import Job, JobStatus
 from gpufleet.jobs.services import request_diagnosis
 from tests.integration.workers import (
     agent_key_env,
+    agent_process,
     celery_worker,
     database_url_for_workers,
     ingest_consumer,
@@ -23,20 +24,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 INTERVAL = "1"
 
 
-def _env(broker, role: str, node: str, fake_host=None) -> dict[str, str]:
-    env = {**broker.env(), "DATABASE_URL": database_url_for_workers(), "GPUFLEET_ROLE": role,
-           "GPUFLEET_NODE_NAME": node, "GPUFLEET_COLLECT_INTERVAL": INTERVAL}
+def _env(broker, node: str, fake_host=None) -> dict[str, str]:
+    env = {**broker.env(), "DATABASE_URL": database_url_for_workers(), "GPUFLEET_NODE_NAME": node,
+           "GPUFLEET_COLLECT_INTERVAL": INTERVAL}
     if fake_host is not None:
         env.update(fake_host.env(), **agent_key_env(node))
     return env
 
 
 def test_agent_snapshots_reach_the_database_and_diagnose_now_comes_back(broker, fake_host, node_name, admin_user, tmp_path):
-    central_env = _env(broker, "central", "central")
-    agent_env = _env(broker, "agent", node_name, fake_host)
+    central_env = _env(broker, "central")
+    agent_env = _env(broker, node_name, fake_host)
     with celery_worker("housekeeping", "housekeeping", central_env, beat_file=tmp_path / "beat-central") as beat, \
          ingest_consumer(central_env) as ingest, \
-         celery_worker("agent", f"node.{node_name}", agent_env, beat_file=tmp_path / "beat-agent") as agent:
+         agent_process(agent_env) as agent:
         workers = (beat, ingest, agent)
         node = wait_for(lambda: Node.objects.filter(name=node_name, gpu_count=8).first(), 30,
                         "the agent's first snapshot", workers)
@@ -62,7 +63,7 @@ def test_a_malformed_snapshot_on_the_stream_is_rejected_and_the_consumer_goes_on
     from tests.factories import agent_entry, snapshot
 
     credentials.enroll(f"{node_name}-other")  # enrolled before: the consumer knows it at once
-    with ingest_consumer(_env(broker, "central", "central")) as ingest:
+    with ingest_consumer(_env(broker, "central")) as ingest:
         bad = snapshot(node_name, gpus=2)
         bad["devices"][0]["index"] = "zero"
         send_snapshot(bad)
@@ -100,7 +101,7 @@ def test_an_entry_that_would_inflate_past_the_bound_is_refused_and_the_consumer_
     body = zlib.compress(b"[" + b" " * (wire.ENTRY_INFLATED_MAX + 10) + b"]")
     redis_broker.append(wire.signed_entry(key, f"{node_name}-bomb", wire.SNAPSHOT, body))
     send_snapshot(snapshot(node_name, gpus=8))
-    with ingest_consumer(_env(broker, "central", "central")) as ingest:
+    with ingest_consumer(_env(broker, "central")) as ingest:
         wait_for(lambda: Node.objects.filter(name=node_name, gpu_count=8).exists(), 20, "the good snapshot", (ingest,))
         wait_for(lambda: any("inflates to more than" in line for line in ingest.lines) or None, 10,
                  "the oversized entry in the consumer's log", (ingest,))
@@ -116,7 +117,7 @@ def test_a_backlog_short_of_full_batches_and_a_lone_snapshot_are_stored_without_
     backlog = [f"{node_name}-{i:03}" for i in range(250)]  # two full batches and half of one
     for name in backlog:
         send_snapshot(snapshot(name, gpus=1))
-    env = {**_env(broker, "central", "central"), "GPUFLEET_INGEST_BATCH": "100"}
+    env = {**_env(broker, "central"), "GPUFLEET_INGEST_BATCH": "100"}
     stored = Node.objects.filter(name__in=backlog)
     with ingest_consumer(env) as ingest:
         wait_for(lambda: stored.count() == len(backlog), 20, "the whole backlog", (ingest,))

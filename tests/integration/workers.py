@@ -1,6 +1,6 @@
 """Real worker processes for integration tests, started the way the deployment starts
-them: Celery workers (celery -A gpufleet.celery worker ...) and ingest consumers
-(manage.py ingest)."""
+them: central Celery workers (celery -A gpufleet.celery worker ...), agents (launch.agent_worker)
+and ingest consumers (manage.py ingest)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from django.db import connection
 from gpufleet.core import launch
 from gpufleet.tools.workers import REPO, WorkerDidNotStart, WorkerProcess, database_url, running_worker
 
-__all__ = ["REPO", "agent_key_env", "celery_worker", "database_url_for_workers", "ingest_consumer", "send_snapshot",
+__all__ = ["REPO", "agent_key_env", "agent_process", "celery_worker", "database_url_for_workers", "ingest_consumer", "send_snapshot",
            "wait_for"]
 
 
@@ -32,6 +32,17 @@ def celery_worker(name: str, queues: str, env: dict[str, str], beat_file: Path |
         argv += ["-B", "-s", str(beat_file)]
     try:
         with running_worker(argv, env, name) as worker:
+            yield worker
+    except WorkerDidNotStart as exc:
+        raise AssertionError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def agent_process(env: dict[str, str]) -> Iterator[WorkerProcess]:
+    """A node's agent as a GPU host runs it (launch.agent_worker: its node, broker and data
+    dir from `env`), until it says it is ready; stopped on leaving."""
+    try:
+        with running_worker(launch.agent_worker(), env, "agent") as worker:
             yield worker
     except WorkerDidNotStart as exc:
         raise AssertionError(str(exc)) from None

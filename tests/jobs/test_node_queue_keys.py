@@ -5,15 +5,11 @@ them; against a real redis-server of the test's own, with the users enroll makes
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from gpufleet import wire
-from gpufleet.core import broker_acl
+from gpufleet.core import agent_settings, broker_acl
 from gpufleet.fleet import credentials
 from gpufleet.fleet.models import Node
 from gpufleet.ingest.services import ingest_snapshot
@@ -22,7 +18,6 @@ from tests.acl_redis import STREAM, running
 from tests.factories import snapshot
 
 pytestmark = pytest.mark.django_db
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -55,13 +50,13 @@ def test_diagnose_now_lands_in_the_queue_only_that_nodes_user_may_read(centre_br
     assert message["headers"]["task"] == wire.COLLECT_TASK and message["headers"]["argsrepr"] == f"[{job.pk}]"
 
 
-def test_an_agent_uses_its_nodes_key_prefix_and_no_heartbeat(tmp_path):
-    env = {**os.environ, "GPUFLEET_DATA_DIR": str(tmp_path), "PYTHONPATH": str(REPO), "GPUFLEET_ROLE": "agent",
-           "GPUFLEET_NODE_NAME": "gpu-017"}
-    code = ("from gpufleet import settings; from gpufleet.core import launch;"
-            "print(settings.CELERY_BROKER_TRANSPORT_OPTIONS['global_keyprefix']);"
-            "print(' '.join(launch.agent_worker('gpu-017', settings.DATA_DIR)))")
-    prefix, line = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                                  check=True).stdout.splitlines()
-    assert prefix == "gpufleet:node:gpu-017:"
-    assert "--without-heartbeat" in line and "--without-gossip" in line and "--without-mingle" in line
+def test_an_agent_uses_its_nodes_key_prefix_and_no_heartbeat(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUFLEET_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("GPUFLEET_NODE_NAME", "gpu-017")
+    agent = agent_settings.from_environment()
+    options = agent_settings.agent_celery_options(agent)
+    assert options["broker_transport_options"]["global_keyprefix"] == "gpufleet:node:gpu-017:"
+    assert options["task_default_queue"] == "node.gpu-017"
+    worker = agent_settings.agent_worker_options(agent)
+    assert worker["queues"] == ["node.gpu-017"]
+    assert worker["without_heartbeat"] and worker["without_gossip"] and worker["without_mingle"]

@@ -100,7 +100,7 @@ class Command(BaseCommand):
         connections.close_all()
         # Every child gets the broker named, rather than each looking for the socket
         # while the private Redis may still be starting.
-        env = {**os.environ, "CELERY_BROKER_URL": broker, "GPUFLEET_ROLE": "central", "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "CELERY_BROKER_URL": broker, "PYTHONUNBUFFERED": "1"}
         # Each agent reads its own key from the data dir (see _enroll), never one for another node.
         env.pop("GPUFLEET_AGENT_KEY", None)
         env |= {"GPUFLEET_BIND": bind, "GPUFLEET_WEB_WORKERS": str(web_workers)}
