@@ -1,5 +1,5 @@
 """Writing many rows of one model in a fixed number of statements, inside the caller's
-transaction: `insert`, `upsert`, `update` and `replace`.
+transaction: `insert`, `upsert` and `update`.
 
 On PostgreSQL the rows go through COPY. Django's bulk_create prepares every value in
 Python (each field's get_db_prep_save, then psycopg dumps the arrays it unnests), and
@@ -9,16 +9,14 @@ its field and cannot upsert, and no other maintained library copies into the cal
 transaction, hence this module. Elsewhere (SQLite) they are Django's bulk_create and
 bulk_update.
 
-`insert`, `upsert` and `replace` take rows as tuples, `update` model instances. Only
+`insert` and `upsert` take rows as tuples, `update` model instances. Only
 plain column values are written: JSON fields are encoded here, every other value must
 already be what the column takes (int, float, str, bool, datetime, None)."""
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import operator
 import time
 from collections.abc import Sequence
 
@@ -110,61 +108,6 @@ def update(model: type[models.Model], objs: Sequence[models.Model], fields: Sequ
     with connection.cursor() as cursor:
         _stage(cursor, table, staging, columns, objs)
         cursor.execute(f"UPDATE {table} SET {updates} FROM {staging} AS staged WHERE {table}.{key} = staged.{key}")
-
-
-def replace(model: type[models.Model], parent: str, fields: Sequence[str], rows: dict[int, Sequence[tuple]]) -> list[int]:
-    """Make the rows of `model` whose `parent` (a foreign key's attname, "node_id") is a key
-    of `rows` exactly that key's tuples of `fields`, and return the keys whose rows had
-    to be written: only their rows are deleted and inserted. A parent's rows are compared
-    in the order of the first field, an integer unique among them; `fields` are integer
-    and text columns, none of them null.
-
-    Comparing costs one read; writing a parent's rows again costs deleting and inserting
-    each through every index, and the dead rows left for vacuum to clear. Most of what
-    a node reports (its findings) is the same from one snapshot to the next: rewriting
-    them was a third of PostgreSQL's work storing a snapshot."""
-    if not rows:
-        return []
-    meta = model._meta
-    key = meta.get_field(parent)
-    stored = _stored_digests(model, key, fields, list(rows)) if connection.vendor == "postgresql" else (
-        _stored_digests_elsewhere(model, key, fields, list(rows)))
-    changed = [pk for pk, each in rows.items() if stored.get(pk) != _digest(sorted(each, key=operator.itemgetter(0)))]
-    if changed:
-        model.objects.filter(**{f"{key.attname}__any": changed}).delete()
-        insert(model, [key.attname, *fields], [(pk, *row) for pk in changed for row in rows[pk]])
-    return changed
-
-
-def _digest(rows: Sequence[tuple]) -> str | None:
-    """The MD5 of `rows` as _stored_digests has PostgreSQL write them, None for no rows:
-    each value as text after its length, so that no two sets of rows read the same."""
-    if not rows:
-        return None
-    text = "\x1e".join("\x1f".join(f"{len(value)}\x1f{value}" for value in map(str, row)) for row in rows)
-    # surrogatepass: text no UTF-8 holds (validation keeps it out) still gets a digest,
-    # and then the COPY's refusal, which callers handle as the database's.
-    return hashlib.md5(text.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()
-
-
-def _stored_digests(model, key, fields: Sequence[str], keys: list) -> dict:
-    """For each of `keys` that has rows, the _digest of its rows as stored."""
-    columns = [_quoted(model._meta.get_field(name).column) for name in fields]
-    values = ", ".join(f"length({column}::text), {column}::text" for column in columns)
-    with connection.cursor() as cursor:
-        # chr(31) and chr(30): ASCII's unit and record separators.
-        cursor.execute(f"SELECT {_quoted(key.column)}, md5(string_agg(concat_ws(chr(31), {values}), chr(30)"
-                       f" ORDER BY {columns[0]})) FROM {_quoted(model._meta.db_table)}"
-                       f" WHERE {_quoted(key.column)} = ANY(%s) GROUP BY 1", [keys])
-        return dict(cursor.fetchall())
-
-
-def _stored_digests_elsewhere(model, key, fields: Sequence[str], keys: list) -> dict:
-    stored: dict = {}
-    for pk, *row in (model.objects.filter(**{f"{key.attname}__any": keys}).order_by(key.attname, fields[0])
-                     .values_list(key.attname, *fields)):
-        stored.setdefault(pk, []).append(tuple(row))
-    return {pk: _digest(each) for pk, each in stored.items()}
 
 
 @functools.cache

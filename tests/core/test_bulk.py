@@ -95,73 +95,14 @@ def test_an_update_writes_only_the_fields_named_and_reads_no_other():
     assert (stored.problem, stored.gpu_count, stored.driver_version, stored.last_seen) == ("GPU 0 is hot", 3, "550.54", FIRST)
 
 
-FINDING = ["position", "code", "name", "status", "message", "fix"]
-
-
-def _findings(node: Node) -> list[tuple]:
-    return list(Finding.objects.filter(node=node).order_by("position").values_list("pk", *FINDING))
-
-
-def _finding(position: int, message: str = "fine", code: str | None = None) -> tuple:
-    return (position, code or f"check-{position}", "A check", "ok", message, "")
-
-
-def test_a_replace_writes_only_the_parents_whose_rows_differ():
-    same, edited, grown, emptied, new = (Node.objects.create(name=n, first_seen=FIRST, last_seen=FIRST)
-                                         for n in ("same", "edited", "grown", "emptied", "new"))
-    before = {node: [_finding(0), _finding(1, 'ünïcode ✓ "quoted" \\ back')] for node in (same, edited, grown, emptied)}
-    assert sorted(bulk.replace(Finding, "node_id", FINDING, {n.pk: rows for n, rows in before.items()})) == sorted(
-        n.pk for n in before)
-    kept = _findings(same)
-
-    with CaptureQueriesContext(connection) as ctx:
-        changed = bulk.replace(Finding, "node_id", FINDING, {
-            same.pk: list(reversed(before[same])),  # the same rows, in another order
-            edited.pk: [_finding(0), _finding(1, "now failing")],
-            grown.pk: [*before[grown], _finding(2)],
-            emptied.pk: [],
-            new.pk: [_finding(0)],
-        })
-    assert sorted(changed) == sorted([edited.pk, grown.pk, emptied.pk, new.pk])
-    assert len(ctx) == 3  # read what is stored; delete and insert the changed parents' rows
-    assert _findings(same) == kept  # not written again: the same primary keys
-    assert [row[1:] for row in _findings(edited)] == [_finding(0), _finding(1, "now failing")]
-    assert len(_findings(grown)) == 3 and _findings(emptied) == [] and len(_findings(new)) == 1
-
-
-def test_a_replace_with_nothing_changed_only_reads():
-    node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
-    rows = [_finding(0, "α" * 300), _finding(1, ""), _finding(2, "line\nbreak\ttab")]
-    bulk.replace(Finding, "node_id", FINDING, {node.pk: rows})
-    with CaptureQueriesContext(connection) as ctx:
-        assert bulk.replace(Finding, "node_id", FINDING, {node.pk: rows}) == []
-    assert len(ctx) == 1
-
-
-def test_rows_that_would_read_alike_joined_are_told_apart():
-    """The values are compared with their lengths: moving a separator from one value
-    into the next is a change, not the same rows."""
-    node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
-    bulk.replace(Finding, "node_id", FINDING, {node.pk: [(0, "a\x1fb", "c", "ok", "", "")]})
-    assert bulk.replace(Finding, "node_id", FINDING, {node.pk: [(0, "a", "b\x1fc", "ok", "", "")]}) == [node.pk]
-    assert _findings(node)[0][2:4] == ("a", "b\x1fc")
-
-
-def test_a_replace_compares_with_what_is_stored_whoever_wrote_it():
-    """A row changed behind ingest's back (an edit, an acknowledgement) differs from
-    what the next snapshot says, so that snapshot's rows are written."""
-    node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
-    bulk.replace(Finding, "node_id", FINDING, {node.pk: [_finding(0)]})
-    Finding.objects.filter(node=node).update(status="fail")
-    assert bulk.replace(Finding, "node_id", FINDING, {node.pk: [_finding(0)]}) == [node.pk]
-    assert Finding.objects.get(node=node).status == "ok"
+FINDING = ["node_id", "position", "code", "name", "status", "message", "fix"]
 
 
 @pytest.mark.postgresql
-def test_rows_no_utf8_can_hold_are_refused_by_the_database_not_by_the_comparison():
+def test_rows_no_utf8_can_hold_are_refused_as_the_database_refuses_them():
     """Validation keeps lone surrogates out of findings; were one to get past it, the
-    comparison still digests it and the COPY's refusal is a DatabaseError, which ingest
-    handles by storing the batch's snapshots one by one."""
+    COPY's refusal is a DatabaseError, which ingest handles by storing the batch's
+    snapshots one by one."""
     node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
     with pytest.raises(DatabaseError), transaction.atomic():
-        bulk.replace(Finding, "node_id", FINDING, {node.pk: [(0, "check", "A check", "ok", "bad \ud800", "")]})
+        bulk.insert(Finding, FINDING, [(node.pk, 0, "check", "A check", "ok", "bad \ud800", "")])

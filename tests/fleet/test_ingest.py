@@ -24,13 +24,11 @@ pytestmark = pytest.mark.django_db
 
 # Per snapshot of a known node: lock the node (SELECT FOR UPDATE), upsert devices
 # (returning their first_seen and busy_at), mark vanished GPUs, insert samples, read
-# the lost GPUs, read claims, read the stored findings (a digest on PostgreSQL), save
-# the node; plus the transaction's own statements (BEGIN/COMMIT, or a savepoint inside
-# a test's transaction). Findings that changed are replaced: two statements more
-# (delete + insert). Where the database cannot return them (SQLite), the device upsert
-# reads first_seen and busy_at first: one statement more.
-STATEMENTS_PER_SNAPSHOT = 8
-FINDINGS_REPLACED = 2
+# the lost GPUs, read claims, replace the findings, changed or not (delete + insert),
+# read the node's open events, save the node; plus the transaction's own statements (BEGIN/COMMIT, or a savepoint
+# inside a test's transaction). Where the database cannot return them (SQLite), the
+# device upsert reads first_seen and busy_at first: one statement more.
+STATEMENTS_PER_SNAPSHOT = 10
 
 
 def _row_counts():
@@ -75,8 +73,7 @@ def test_it_uses_a_fixed_number_of_statements_whatever_the_gpu_count(gpus, findi
     # their UPDATE or INSERT: make the staging table if missing, empty it, COPY into it.
     # Elsewhere the GPU upsert adds its read of first_seen and busy_at.
     extra = 6 if connection.vendor == "postgresql" else 1
-    replaced = FINDINGS_REPLACED if findings_changed else 0
-    assert len(statements) == STATEMENTS_PER_SNAPSHOT + upserts - 1 + extra + replaced, (
+    assert len(statements) == STATEMENTS_PER_SNAPSHOT + upserts - 1 + extra, (
         "\n".join(s[:80] for s in statements))
     assert Device.objects.filter(node__name="n").count() == gpus
     assert Finding.objects.filter(node__name="n", message=second["findings"][0]["message"]).exists()

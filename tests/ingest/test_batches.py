@@ -126,10 +126,10 @@ def test_statements_per_batch_do_not_grow_with_batch_size_or_gpu_count(size, gpu
     # On PostgreSQL each of the two upserts (nodes, GPUs) is four statements: make the
     # staging table if missing, empty it, COPY into it, INSERT ... ON CONFLICT ... RETURNING
     # from it; elsewhere the GPU upsert reads the GPUs' first_seen and busy_at first.
-    # The stored findings are read, and those of the nodes whose findings changed are
-    # replaced in two statements (delete, insert), however many nodes that is. The nodes'
-    # open events are read once (tests/events/test_detection.py: what events cost).
-    expected = (15 if connection.vendor == "postgresql" else 10) + (2 if findings_changed else 0)
+    # The nodes' findings are replaced, changed or not, in two statements (delete, insert),
+    # however many nodes that is. The nodes' open events are read once
+    # (tests/events/test_detection.py: what events cost).
+    expected = 16 if connection.vendor == "postgresql" else 11
     assert _statements(seconds) == expected
     assert Device.objects.count() == size * gpus
     changed = Finding.objects.filter(message__endswith=" (changed)").values_list("node__name", flat=True)
