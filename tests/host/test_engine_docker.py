@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -11,6 +10,7 @@ from gpufleet.agent.adapters import (
     DEFAULT_DOCKER_HOST,
     DockerInfo,
     EngineDocker,
+    UnixHTTPConnection,
     docker_info_from_payload,
     engine_connection,
 )
@@ -154,20 +154,19 @@ def test_unsupported_scheme_is_an_error():
     assert info.error.startswith("Docker at bogus://nowhere is unreachable: ")
 
 
-def test_no_connection_is_left_open(engine, tmp_path):
-    def open_fds() -> int:
-        return len(os.listdir("/proc/self/fd"))
-
+def test_each_connection_is_closed(engine, tmp_path, monkeypatch):
+    opened, closed = [], []
+    connect, close = UnixHTTPConnection.connect, UnixHTTPConnection.close
+    monkeypatch.setattr(UnixHTTPConnection, "connect", lambda self: opened.append(1) or connect(self))
+    monkeypatch.setattr(UnixHTTPConnection, "close", lambda self: closed.append(1) or close(self))
     docker = EngineDocker(engine.url)
-    docker.info()  # whatever the first call sets up once
-    before = open_fds()
     docker.info()
     docker.containers()
     docker.inspect(["nope"])
     engine.status = 500
     docker.info()
     EngineDocker(f"unix://{tmp_path / 'none.sock'}", timeout=1).info()
-    assert open_fds() == before
+    assert len(opened) == 5 and len(closed) >= 5
 
 
 def test_tcp_and_unsupported_urls():
