@@ -41,7 +41,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from django.conf import settings
 from django.db import DatabaseError, connection
 from django.test import Client
-from django.test.utils import CaptureQueriesContext, setup_test_environment
+from django.test.utils import CaptureQueriesContext, override_settings, setup_test_environment
 
 from gpufleet import wire
 from gpufleet.agent.host import diagnose_this_host
@@ -113,6 +113,16 @@ def _busy_rounds(snapshots: list[dict]) -> list[list[dict]]:
             for r in range(REAL_PATH_ROUNDS)]
 
 
+def _troubled(snapshot: dict, step: int, position: int) -> dict:
+    """`snapshot` with a warning whose words change each `step`, and on every fourth node
+    (by `position`) a failure on even steps only."""
+    findings = [*snapshot["findings"], {"code": "gpu0.thermal", "name": "GPU 0", "status": "warn",
+                                        "message": f"Running hot at {80 + step % 10} °C"}]
+    if position % 4 == 0 and step % 2 == 0:
+        findings.append({"code": "gpu1.xid", "name": "GPU 1", "status": "fail", "message": "Xid 79 (fell off the bus)"})
+    return dict(snapshot, findings=findings)
+
+
 def _ratio(a, b):
     return round(a / b, 3) if a is not None and b else None
 
@@ -160,6 +170,7 @@ class Bench:
             snapshots = [_snapshot(name, gpus, base) for name in names[:ingest]]
             self._ingest_in_process(snapshots, base)
             self._ingest_beside_the_floor(snapshots, base + timedelta(seconds=70), repeat)
+            self._ingest_with_and_without_events(snapshots, repeat)
             self._fleet_one_host_keeps_up_with()
             self._grow_fleet(names, ingest)
             self._say(f"writing 24 h of history for {names[0]} ...")
@@ -393,6 +404,31 @@ class Bench:
         f["ratio_ingest_one_to_copy_floor"] = _ratio(f["ingest_one_per_s"], floors[0])
         f["ratio_ingest_batch_to_copy_floor"] = _ratio(f["ingest_batch_per_s"], floors[0])
 
+    def _ingest_with_and_without_events(self, snapshots: list[dict], repeat: int) -> None:
+        """Batches in process with event detection on and off (GPUFLEET_EVENTS_AT_INGEST),
+        alternately, `repeat` times each, over a troubled fleet: every node warns with words
+        new each round (each open event rewritten), and every fourth fails on one round and
+        not the next (events opened and cleared). The figures are the medians; the ratio is
+        on over off."""
+        rates: dict[bool, list[float]] = {True: [], False: []}
+        # Newer than everything stored before, and in the past (the ingest refuses the future).
+        start = datetime.now(UTC) - timedelta(minutes=4)
+        # On and off take turns at going first, so that each meets as many failures coming
+        # as going (they flip every step).
+        order = [flag for r in range(repeat) for flag in ((True, False) if r % 2 == 0 else (False, True))]
+        for step, on in enumerate(order):
+            at = start + timedelta(seconds=step)
+            batch = [_troubled(s, step, i) for i, s in enumerate(_at(snapshots, at))]
+            self._vacuum()
+            with override_settings(GPUFLEET_EVENTS_AT_INGEST=on):
+                began = time.perf_counter()
+                for i in range(0, len(batch), BATCH):
+                    ingest_snapshots(batch[i:i + BATCH])
+                rates[on].append(len(batch) / (time.perf_counter() - began))
+        f = self.figures
+        f["ingest_events_on_per_s"], f["ingest_events_off_per_s"] = _median(rates[True]), _median(rates[False])
+        f["ratio_ingest_events_on_to_off"] = _ratio(f["ingest_events_on_per_s"], f["ingest_events_off_per_s"])
+
     # --- The fleet ---------------------------------------------------------------
 
     def _grow_fleet(self, names: list[str], ingested: int) -> None:
@@ -532,6 +568,7 @@ class Bench:
         return {
             "real_path_ingest_at_least_500_per_s": None if real is None else real >= 500,
             "real_path_ingest_at_least_0.6_of_copy_floor": None if ratio is None else ratio >= 0.6,
+            "ingest_with_events_at_least_0.9_of_without": at_most(0.9, f.get("ratio_ingest_events_on_to_off")),
             "node_page_24h_no_slower_than_admin": at_most(f["node_page_24h_ms"], f[f"{ADMIN}_ms"]),
             "pages_no_slower_than_admin": all(at_most(f[f"{key}_ms"], f[f"{ADMIN}_ms"]) for key in pages),
             "report_csv_within_5x_copy_csv": at_most(f["report_csv_ms"], f.get("report_csv_copy_floor_ms"), 5),
@@ -572,6 +609,9 @@ class Bench:
                            ("ingest_batch_per_s", f"ingest in process, batches of {BATCH}")):
             out(f"| {label} | {rate(f.get(key))} | COPY + INSERT ON CONFLICT floor | "
                 f"{rate(f.get('ingest_copy_floor_per_s'))} | {_show(f[ratios[key]])} |")
+        out(f"| ingest in process, batches of {BATCH}, troubled fleet, events detected | "
+            f"{rate(f.get('ingest_events_on_per_s'))} | the same, events off | {rate(f.get('ingest_events_off_per_s'))} | "
+            f"{_show(f.get('ratio_ingest_events_on_to_off'))} |")
         admin = f[f"{ADMIN}_ms"]
         for key, label, *_ in PAGES:
             if key == ADMIN:

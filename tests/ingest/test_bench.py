@@ -24,6 +24,7 @@ MEASURED = (
     "ingest_snapshots_per_s", "ingest_copy_floor_per_s", "ingest_one_per_s", "ingest_batch_per_s",
     "ratio_ingest_to_copy_floor", "ingest_service_snapshots_per_s", "ratio_ingest_service_to_copy_floor",
     "ingest_busy_snapshots_per_s", "ratio_ingest_busy_to_copy_floor", "fleet_nodes_one_host_keeps_up_with",
+    "ingest_events_on_per_s", "ingest_events_off_per_s", "ratio_ingest_events_on_to_off",
     *(f"{page}_ms" for page in PAGES), *(f"{page}_queries" for page in PAGES),
     *(f"ratio_{page}_to_admin" for page in PAGES if page != "admin_changelist"),
     "report_csv_copy_floor_ms", "ratio_report_csv_to_copy_floor",
