@@ -19,6 +19,7 @@ urlpatterns = [
     path("api/", include("gpufleet.api.urls")),
     path("tokens/", include("gpufleet.api.token_urls")),
     path("claims/", include("gpufleet.claims.urls")),
+    path("alerts/", include("gpufleet.alerts.urls")),
     path("", include("gpufleet.jobs.urls")),
     path("", include("gpufleet.audit.urls")),
     path("", include("gpufleet.events.urls")),

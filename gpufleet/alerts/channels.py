@@ -7,6 +7,7 @@ could be secret taken out, and so do the debug lines of the HTTP libraries under
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import threading
@@ -51,7 +52,7 @@ def send(url: str, title: str, body: str) -> Outcome:
         if not notifier.add(url.strip()):
             return Outcome(False, problem(url) or "apprise cannot use this URL.")
         try:
-            result = notifier.notify(body=body, title=title)
+            result = notifier.notify(body=body, title=title, body_format=apprise.NotifyFormat.TEXT)
         except Exception as exc:
             # A plugin's bug fails this send, not the sender and the deliveries after it.
             return Outcome(False, scrub(f"{type(exc).__name__}: {exc}", url))
@@ -92,12 +93,13 @@ LIBRARY_LOGGERS = ("urllib3.connectionpool", "urllib3.connection", "urllib3.pool
                    "urllib3.response", "requests_oauthlib", "oauthlib")
 _in_flight: dict[int, str] = {}
 _in_flight_lock = threading.Lock()
+_send_numbers = itertools.count()
 
 
 @contextmanager
 def _sending(url: str):
-    key = id(object())
     with _in_flight_lock:
+        key = next(_send_numbers)
         _in_flight[key] = url
     try:
         yield

@@ -32,10 +32,12 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Coalesce
+from django.urls import reverse
 from django.utils import timezone
 
 from gpufleet.alerts import channels
 from gpufleet.alerts.models import Channel, Delivery, DeliveryEvent, Notice, Rule, Silence, Status
+from gpufleet.audit.models import Action, record
 from gpufleet.events.models import Event, Severity
 
 log = logging.getLogger(__name__)
@@ -289,7 +291,7 @@ def message(delivery: Delivery, events: list[Event]) -> tuple[str, str]:
                      + (f": {event.message}" if event.message else ""))
     if len(events) > LISTED:
         lines.append(f"- and {len(events) - LISTED} more")
-    lines += ["", f"Events: {events_link(nodes)}"]
+    lines += ["", f"Events: {events_link(events, delivery.notice)}"]
     return title, "\n".join(lines)
 
 
@@ -299,13 +301,18 @@ def _describe(event: Event) -> str:
     return f"{where}: {what}"
 
 
-def events_link(nodes: list[str]) -> str:
-    """The Events page showing these nodes' events (all open events past LISTED nodes)."""
-    base = settings.GPUFLEET_SITE_URL.rstrip("/") + "/events/"
-    named = [name for name in nodes if name != "the site"]
-    if not named or len(named) > LISTED:
-        return base + "?" + urlencode({"open": "yes"})
-    return base + "?" + urlencode([("node", name) for name in named])
+def events_link(events: list[Event], notice: str) -> str:
+    """The Events page filtered to these events as its filters allow: their node, kind
+    and severity where they share one, open or closed, and the time they opened in."""
+    params = []
+    for name, values in (("node", {_node_name(e) for e in events}), ("kind", {e.kind for e in events}),
+                         ("severity", {e.severity for e in events})):
+        if len(values) == 1 and None not in values:
+            params.append((name, values.pop()))
+    params.append(("state", "closed" if notice == Notice.RESOLVED else "open"))
+    opened = sorted(e.opened_at for e in events)
+    params += [("since", opened[0].isoformat(timespec="seconds")), ("until", opened[-1].isoformat(timespec="seconds"))]
+    return f"{settings.GPUFLEET_SITE_URL.rstrip('/')}{reverse('events:list')}?{urlencode(params)}"
 
 
 # --- for pages ---------------------------------------------------------------------------
@@ -321,3 +328,102 @@ def send_test(channel: Channel) -> channels.Outcome:
     """Send a test notification to a channel now (the Channels page's button)."""
     return channels.send(channel.url, "gpufleet: test notification",
                          f"A test from gpufleet to the channel {channel.name}: if you read this, it works.")
+
+
+# --- changes by people (pages and API), audited ----------------------------------------
+
+
+def channel_state(channel: Channel) -> dict:
+    """What the audit log keeps of a channel: never its URL."""
+    return {"name": channel.name, "url": channel.redacted}
+
+
+def save_channel(user, name: str, url: str | None, editing: Channel | None = None) -> Channel:
+    """Add a channel, or change one (`url` None or empty keeps its URL). The URL must be
+    one apprise can use (channels.problem). The audit row says "URL changed", never what to."""
+    url = (url or "").strip()
+    with transaction.atomic():
+        if editing is None:
+            channel = Channel.objects.create(name=name, url=url, redacted=channels.redact(url))
+            record(user, Action.CHANNEL_CREATE, target=name, after=channel_state(channel))
+            return channel
+        before = channel_state(editing)
+        editing.name = name
+        changed = bool(url) and url != editing.url
+        if changed:
+            editing.url, editing.redacted = url, channels.redact(url)
+            # A new URL deserves a fresh start: it may work where the old one failed.
+            editing.failing_since, editing.last_error = None, ""
+        editing.save()
+        after = {"name": name, "url": "URL changed" if changed else editing.redacted}
+        record(user, Action.CHANNEL_UPDATE, target=name, before=before, after=after)
+        return editing
+
+
+def delete_channel(user, channel: Channel) -> None:
+    with transaction.atomic():
+        record(user, Action.CHANNEL_DELETE, target=channel.name, before=channel_state(channel))
+        channel.delete()
+
+
+RULE_FIELDS = ("name", "kinds", "min_severity", "nodes", "gpu_model", "wait_minutes", "repeat_hours",
+               "notify_resolved", "enabled")
+
+
+def rule_state(rule: Rule) -> dict:
+    return {**{field: getattr(rule, field) for field in RULE_FIELDS},
+            "channels": sorted(channel.name for channel in rule.channels.all())}
+
+
+def save_rule(user, values: dict, chosen: list[Channel], editing: Rule | None = None) -> Rule:
+    """Add or change a rule: `values` holds RULE_FIELDS (those left out keep theirs)."""
+    with transaction.atomic():
+        rule = editing or Rule()
+        before = rule_state(editing) if editing is not None else None
+        for field in RULE_FIELDS:
+            if field in values:
+                setattr(rule, field, values[field])
+        rule.save()
+        rule.channels.set(chosen)
+        record(user, Action.RULE_UPDATE if editing else Action.RULE_CREATE, target=rule.name, before=before,
+               after=rule_state(rule))
+        return rule
+
+
+def delete_rule(user, rule: Rule) -> None:
+    with transaction.atomic():
+        record(user, Action.RULE_DELETE, target=rule.name, before=rule_state(rule))
+        rule.delete()
+
+
+def silence_state(silence: Silence) -> dict:
+    return {"nodes": silence.nodes, "starts_at": silence.starts_at.isoformat(),
+            "ends_at": silence.ends_at.isoformat(), "reason": silence.reason}
+
+
+def save_silence(user, nodes: str, starts_at: datetime, ends_at: datetime, reason: str,
+                 editing: Silence | None = None) -> Silence:
+    with transaction.atomic():
+        person = user if user is not None and user.is_authenticated else None
+        silence = editing or Silence(author=person, author_name=person.get_username() if person else "")
+        before = silence_state(editing) if editing is not None else None
+        silence.nodes, silence.starts_at, silence.ends_at, silence.reason = nodes, starts_at, ends_at, reason
+        silence.save()
+        record(user, Action.SILENCE_UPDATE if editing else Action.SILENCE_CREATE, target=nodes, before=before,
+               after=silence_state(silence))
+        return silence
+
+
+def end_silence(user, silence: Silence, now: datetime | None = None) -> Silence:
+    """End a silence now (one that has not started yet ends before it starts: it goes)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        before = silence_state(silence)
+        if silence.starts_at >= now:
+            record(user, Action.SILENCE_END, target=silence.nodes, before=before)
+            silence.delete()
+            return silence
+        silence.ends_at = min(silence.ends_at, now)
+        silence.save(update_fields=["ends_at"])
+        record(user, Action.SILENCE_END, target=silence.nodes, before=before, after=silence_state(silence))
+        return silence

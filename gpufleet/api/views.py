@@ -23,7 +23,7 @@ from ninja.parser import Parser
 from ninja.responses import Response
 
 from gpufleet import gpu
-from gpufleet.api import serializers
+from gpufleet.api import alerts, serializers
 from gpufleet.api.auth import Refused, SessionAuth, TokenAuth
 from gpufleet.api.errors import ApiError, answer, error, errors, unsupported_media_type
 from gpufleet.api.pagination import Pages
@@ -125,6 +125,8 @@ api = Api(
     # No call to an outside validator: fleets are often air-gapped.
     docs=Swagger(settings={"validatorUrl": None}),
 )
+# Channels, rules, silences and deliveries (gpufleet/api/alerts.py).
+api.add_router("/", alerts.router)
 
 
 # An answer holds the keys its serializer wrote: one it leaves out (a finding's `fix`

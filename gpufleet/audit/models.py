@@ -32,6 +32,16 @@ class Action(models.TextChoices):
     GROUP_UPDATE = "group.update", "Group changed"
     GROUP_DELETE = "group.delete", "Group deleted"
     LOGIN_LOCKOUT = "login.lockout", "Login locked out"
+    # Alerts (gpufleet.alerts): a channel's URL is never written, only that it changed.
+    CHANNEL_CREATE = "channel.create", "Alert channel added"
+    CHANNEL_UPDATE = "channel.update", "Alert channel changed"
+    CHANNEL_DELETE = "channel.delete", "Alert channel deleted"
+    RULE_CREATE = "rule.create", "Alert rule added"
+    RULE_UPDATE = "rule.update", "Alert rule changed"
+    RULE_DELETE = "rule.delete", "Alert rule deleted"
+    SILENCE_CREATE = "silence.create", "Silence added"
+    SILENCE_UPDATE = "silence.update", "Silence changed"
+    SILENCE_END = "silence.end", "Silence ended"
 
 
 class AuditEntry(models.Model):

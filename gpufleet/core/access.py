@@ -14,6 +14,7 @@ from django.http import HttpRequest, HttpResponse
 
 VIEW, EDIT_CLAIMS, DIAGNOSE, APPLY_FIX, MANAGE_USERS = "view", "edit_claims", "diagnose", "apply_fix", "manage_users"
 ACKNOWLEDGE_XID = "acknowledge_xid"
+MANAGE_ALERTS = "manage_alerts"
 
 _PERMISSION = {
     VIEW: "fleet.view_node",
@@ -22,6 +23,7 @@ _PERMISSION = {
     APPLY_FIX: "fleet.apply_fix",
     ACKNOWLEDGE_XID: "fleet.acknowledge_xid",
     MANAGE_USERS: "auth.change_user",
+    MANAGE_ALERTS: "alerts.change_rule",
 }
 
 

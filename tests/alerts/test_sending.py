@@ -56,7 +56,8 @@ def test_a_failing_gpu_reaches_the_inbox_and_the_webhook_once_after_the_wait_the
     text = inbox.text(0)
     assert "Failing or offline: opened: 1 failing, on 1 node." in text
     assert "gpu-a01: GPU 3 Xid 79 (failing, since 2026-03-02 03:00 UTC): GPU 3 fell off the bus" in text
-    assert "https://fleet.example.com/events/?node=gpu-a01" in text
+    assert ("Events: https://fleet.example.com/events/?node=gpu-a01&kind=finding&severity=fail&state=open"
+            "&since=2026-03-02T03%3A00%3A00%2B00%3A00&until=2026-03-02T03%3A00%3A00%2B00%3A00") in text
     assert webhook.posts[0]["path"] == f"/hooks/{WEBHOOK_TOKEN}" and webhook.posts[0]["authorization"]
 
     # Still failing: a tick later, and the next, nothing more is sent.
@@ -128,7 +129,7 @@ def test_two_hundred_nodes_offline_at_once_are_one_notification_per_rule_and_cha
     text = inbox.text(0)
     assert "opened: 200 failing, on 200 nodes." in text
     assert text.count("Not reporting (failing") == services.LISTED and "- and 150 more" in text
-    assert "https://fleet.example.com/events/?open=yes" in text
+    assert "Events: https://fleet.example.com/events/?kind=offline&severity=fail&state=open&since=" in text
     tick(T0 + timedelta(minutes=10))
     assert len(inbox.messages) == 1 and len(webhook.posts) == 1
 

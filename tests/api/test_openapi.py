@@ -28,6 +28,14 @@ ENDPOINTS = {
     "/api/claims/{pk}/": {"get", "put", "delete"},
     "/api/placement": {"get"},
     "/api/events/": {"get"},
+    "/api/channels/": {"get", "post"},
+    "/api/channels/{pk}/": {"get", "put", "delete"},
+    "/api/channels/{pk}/test": {"post"},
+    "/api/rules/": {"get", "post"},
+    "/api/rules/{pk}/": {"get", "put", "delete"},
+    "/api/silences/": {"get", "post"},
+    "/api/silences/{pk}/": {"get", "delete"},
+    "/api/deliveries/": {"get"},
 }
 
 
@@ -104,6 +112,23 @@ ANSWERS = {
     ("/api/claims/{pk}/", "delete"): {204, 401, 403, 404, 409, 428},
     ("/api/placement", "get"): {200, 400, 401, 403},
     ("/api/events/", "get"): {200, 400, 401, 403, 404},
+    # Alerts (gpufleet/api/alerts.py): writes need no version, so never 409 or 428.
+    ("/api/channels/", "get"): {200, 400, 401, 403, 404},
+    ("/api/channels/", "post"): {201, 400, 401, 403, 415, 422},
+    ("/api/channels/{pk}/", "get"): {200, 401, 403, 404},
+    ("/api/channels/{pk}/", "put"): {200, 400, 401, 403, 404, 415, 422},
+    ("/api/channels/{pk}/", "delete"): {204, 401, 403, 404},
+    ("/api/channels/{pk}/test", "post"): {200, 401, 403, 404},
+    ("/api/rules/", "get"): {200, 400, 401, 403, 404},
+    ("/api/rules/", "post"): {201, 400, 401, 403, 415, 422},
+    ("/api/rules/{pk}/", "get"): {200, 401, 403, 404},
+    ("/api/rules/{pk}/", "put"): {200, 400, 401, 403, 404, 415, 422},
+    ("/api/rules/{pk}/", "delete"): {204, 401, 403, 404},
+    ("/api/silences/", "get"): {200, 400, 401, 403, 404},
+    ("/api/silences/", "post"): {201, 400, 401, 403, 415, 422},
+    ("/api/silences/{pk}/", "get"): {200, 401, 403, 404},
+    ("/api/silences/{pk}/", "delete"): {204, 401, 403, 404},
+    ("/api/deliveries/", "get"): {200, 400, 401, 403, 404},
 }
 ERROR = {"$ref": "#/components/schemas/Error"}
 

@@ -6,12 +6,16 @@ the action gets 403; a role that has it gets through (no 401/403, no 500)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import URLResolver, get_resolver, reverse
+from django.utils import timezone
 
-from gpufleet.core.access import ACKNOWLEDGE_XID, APPLY_FIX, DIAGNOSE, EDIT_CLAIMS, VIEW
+from gpufleet.alerts.models import Channel, Rule, Silence
+from gpufleet.core.access import ACKNOWLEDGE_XID, APPLY_FIX, DIAGNOSE, EDIT_CLAIMS, MANAGE_ALERTS, VIEW
 from gpufleet.jobs.models import Job, JobKind
 from tests.claims.helpers import claim
 from tests.factories import ingest
@@ -54,6 +58,24 @@ REQUIRED = {
     "metrics": (VIEW, "get"),
     "tokens:list": (VIEW, "get"),
     "tokens:revoke": (VIEW, "post"),
+    "alerts:channels": (VIEW, "get"),
+    "alerts:channel_edit": (MANAGE_ALERTS, "get"),
+    "alerts:channel_delete": (MANAGE_ALERTS, "get"),
+    "alerts:channel_test": (MANAGE_ALERTS, "post"),
+    "alerts:rules": (VIEW, "get"),
+    "alerts:rule_edit": (MANAGE_ALERTS, "get"),
+    "alerts:rule_delete": (MANAGE_ALERTS, "get"),
+    "alerts:silences": (VIEW, "get"),
+    "alerts:silence_end": (MANAGE_ALERTS, "post"),
+    "alerts:deliveries": (VIEW, "get"),
+    "api:channels": (VIEW, "get"),
+    "api:channel": (VIEW, "get"),
+    "api:channel_test": (MANAGE_ALERTS, "post"),
+    "api:rules": (VIEW, "get"),
+    "api:rule": (VIEW, "get"),
+    "api:silences": (VIEW, "get"),
+    "api:silence": (VIEW, "get"),
+    "api:deliveries": (VIEW, "get"),
 }
 # Django's own views, with their own access rules (tested by Django), and the two open to
 # anyone: the health check and the site icon (tests/core/test_favicon.py).
@@ -62,7 +84,7 @@ ROLES = {
     None: set(),
     "viewer": {VIEW},
     "operator": {VIEW, EDIT_CLAIMS, DIAGNOSE},
-    "admin": {VIEW, EDIT_CLAIMS, DIAGNOSE, APPLY_FIX, ACKNOWLEDGE_XID},
+    "admin": {VIEW, EDIT_CLAIMS, DIAGNOSE, APPLY_FIX, ACKNOWLEDGE_XID, MANAGE_ALERTS},
 }
 
 
@@ -96,7 +118,11 @@ def objects(db):
     node = ingest("alpha", 2, fixes=["cdi"])
     held = claim(node, "train", count=1)
     job = Job.objects.create(node=node, kind=JobKind.DIAGNOSE)
-    return {"name": node.name, "pk_claim": held.pk, "pk_job": job.pk}
+    # A channel whose test fails at once: nothing listens on the discard port.
+    channel = Channel.objects.create(name="ops", url="json://127.0.0.1:9/hook", redacted="json://…")
+    silence = Silence.objects.create(nodes="alpha", ends_at=timezone.now() + timedelta(hours=1), reason="test")
+    return {"name": node.name, "pk_claim": held.pk, "pk_job": job.pk, "pk_channel": channel.pk,
+            "pk_rule": Rule.objects.get().pk, "pk_silence": silence.pk}
 
 
 def _url(name: str, objects: dict) -> str:
@@ -113,6 +139,9 @@ def _url(name: str, objects: dict) -> str:
         kwargs["code"] = "cdi"
     if "pk" in route:
         kwargs["pk"] = objects["pk_job"] if name.startswith("jobs:") else objects["pk_claim"]
+        for model in ("channel", "rule", "silence"):
+            if name.startswith((f"alerts:{model}_", f"api:{model}")) and not name.endswith("s"):
+                kwargs["pk"] = objects[f"pk_{model}"]
     return reverse(name, kwargs=kwargs)
 
 
