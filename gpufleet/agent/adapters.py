@@ -38,8 +38,8 @@ def _decode(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", errors="replace")
 
 
-# What one command may print per stream before the rest is thrown away unread
-# into memory (a 200 MB nvidia-smi flood once cost the agent 700 MB).
+# What one command may print per stream before the rest is thrown away unread, so a
+# command that floods its output cannot take the agent's memory with it.
 OUTPUT_LIMIT = 1024 * 1024
 
 

@@ -121,9 +121,8 @@ CELERY_SHARED: dict[str, Any] = {
     "task_serializer": "json",
     "result_serializer": "json",
     "accept_content": ["json"],
-    # An 8-GPU snapshot is a 13 KB message, 3.3 KB compressed: what a backlog holds in
-    # the broker's memory shrinks fourfold. Workers inflate compressed and plain
-    # messages alike, so agents of any version can send to any site.
+    # Compressed, a backlog of tasks holds less of the broker's memory; workers inflate
+    # compressed and plain messages alike.
     "task_compression": "zlib",
     "task_ignore_result": True,
     "task_time_limit": 120,

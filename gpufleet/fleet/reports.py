@@ -159,8 +159,8 @@ def csv_report(nodes: QuerySet, only_problems: bool = False) -> Iterator[str]:
 
     Read as plain values, a chunk of nodes at a time (three queries a chunk), and
     written a chunk at a time: building each node's report as the JSON export does
-    made a fleet's CSV ten times slower than PostgreSQL's own COPY of the same rows
-    (`manage.py bench` measures both; tests/fleet/test_reports.py holds them equal)."""
+    made a fleet's CSV far slower than PostgreSQL's own COPY of the same rows
+    (`manage.py bench` compares the two; tests/fleet/test_reports.py holds them equal)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(CSV_COLUMNS)
