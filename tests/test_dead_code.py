@@ -16,7 +16,8 @@ REPO = Path(__file__).resolve().parents[1]
 # filters, admin classes and actions, Celery tasks, the API's routes and error handlers,
 # signal receivers, pydantic validators, and the pages' access and pagination wrappers.
 REGISTERED_BY = ("@register.*", "@admin.register", "@admin.action", "@shared_task", "@api.*", "@receiver",
-                 "@worker_ready.connect", "@field_validator", "@model_validator", "@read", "@paginate")
+                 "@worker_ready.connect", "@field_validator", "@model_validator", "@read", "@paginate",
+                 "@router.*")
 # Classes Django finds by their place, whatever their module says: each app's AppConfig
 # and each management command.
 FOUND_BY_PLACE = ("*Config", "Command")

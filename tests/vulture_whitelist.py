@@ -74,6 +74,7 @@ throttled_username  # gpufleet/core/login.py
 LoginRequiredHtmxMiddleware  # gpufleet/core/middleware.py
 RefuseNulMiddleware  # gpufleet/core/middleware.py
 handler400  # gpufleet/urls.py
+disabled  # gpufleet/alerts/channels.py: read by logging on each record
 
 # Django's class options: admin, model Meta, forms, django-filter (method= names its methods
 # by string), lookups; and methods that override a library's (admin permissions, ninja's
@@ -87,6 +88,7 @@ search_fields  # gpufleet/api/admin.py
 _._get_key  # gpufleet/api/auth.py
 _.authenticate  # gpufleet/api/auth.py
 _.clean_name  # gpufleet/api/forms.py
+_.clean_url  # gpufleet/alerts/forms.py
 help_texts  # gpufleet/api/forms.py
 widgets  # gpufleet/api/forms.py
 ordering  # gpufleet/api/models.py
@@ -130,6 +132,10 @@ abstract  # gpufleet/fleet/models.py
 
 # Model and form fields, choices and dataclass fields: written and read by the ORM, forms,
 # pydantic and templates, or by getattr over a list of names (the chart's measures).
+author  # gpufleet/alerts/models.py
+claim_token  # gpufleet/alerts/models.py
+claimed_at  # gpufleet/alerts/models.py
+enabled  # gpufleet/alerts/models.py
 CLAIM_CREATE  # gpufleet/audit/models.py
 CLAIM_DELETE  # gpufleet/audit/models.py
 CLAIM_UPDATE  # gpufleet/audit/models.py
@@ -198,6 +204,7 @@ _.active  # gpufleet/core/filters.py
 _.after_text  # gpufleet/claims/views.py
 _.before_text  # gpufleet/claims/views.py
 _.duration  # gpufleet/events/models.py
+_.kind_labels  # gpufleet/alerts/models.py
 _.is_open  # gpufleet/events/models.py
 _.lacks_valid_key  # gpufleet/fleet/models.py
 _.remote_fix  # gpufleet/fleet/nodes.py

@@ -36,7 +36,7 @@ Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max
 Glob = Annotated[str, StringConstraints(strip_whitespace=True, max_length=200)]
 
 
-def _read(path: str, name: str, **options):
+def read(path: str, name: str, **options):
     return router.api_operation(["GET", "HEAD"], path, url_name=name, **SENT, **options)
 
 
@@ -98,7 +98,7 @@ def _unique_channel_name(name: str, editing: Channel | None = None) -> None:
         raise ApiError(422, "invalid", f"name: there is a channel {name!r} already", "name")
 
 
-@_read("/channels/", "channels", response={200: list[ChannelOut], **LIST})
+@read("/channels/", "channels", response={200: list[ChannelOut], **LIST})
 @paginate(Pages, serialize=_channel)
 def channel_list(request: HttpRequest) -> QuerySet[Channel]:
     """Every alert channel, by name."""
@@ -113,7 +113,7 @@ def channel_add(request: HttpRequest, body: ChannelIn) -> Status:
     return Status(201, _channel(services.save_channel(request.user, body.name, _checked_url(body.url))))
 
 
-@_read("/channels/{int:pk}/", "channel", response={200: ChannelOut, **ONE})
+@read("/channels/{int:pk}/", "channel", response={200: ChannelOut, **ONE})
 def channel_one(request: HttpRequest, pk: int) -> dict:
     """One channel."""
     return _channel(_get(Channel, pk, "channel"))
@@ -220,7 +220,7 @@ def _rules() -> QuerySet[Rule]:
     return Rule.objects.prefetch_related("channels").order_by("name")
 
 
-@_read("/rules/", "rules", response={200: list[RuleOut], **LIST})
+@read("/rules/", "rules", response={200: list[RuleOut], **LIST})
 @paginate(Pages, serialize=_rule)
 def rule_list(request: HttpRequest) -> QuerySet[Rule]:
     """Every alert rule, by name."""
@@ -234,7 +234,7 @@ def rule_add(request: HttpRequest, body: RuleIn) -> Status:
     return Status(201, _rule(_rules().get(pk=saved.pk)))
 
 
-@_read("/rules/{int:pk}/", "rule", response={200: RuleOut, **ONE})
+@read("/rules/{int:pk}/", "rule", response={200: RuleOut, **ONE})
 def rule_one(request: HttpRequest, pk: int) -> dict:
     """One rule."""
     return _rule(_get(_rules(), pk, "rule"))
@@ -282,7 +282,7 @@ def _silence(row: Silence) -> dict:
             "reason": row.reason, "author": row.author_name or None, "active": row.is_active()}
 
 
-@_read("/silences/", "silences", response={200: list[SilenceOut], **LIST})
+@read("/silences/", "silences", response={200: list[SilenceOut], **LIST})
 @paginate(Pages, serialize=_silence)
 def silence_list(request: HttpRequest, active: bool | None = Query(None, description="true: only those in force now")) \
         -> QuerySet[Silence]:
@@ -303,7 +303,7 @@ def silence_add(request: HttpRequest, body: SilenceIn) -> Status:
     return Status(201, _silence(services.save_silence(request.user, body.nodes, starts, body.ends_at, body.reason)))
 
 
-@_read("/silences/{int:pk}/", "silence", response={200: SilenceOut, **ONE})
+@read("/silences/{int:pk}/", "silence", response={200: SilenceOut, **ONE})
 def silence_one(request: HttpRequest, pk: int) -> dict:
     """One silence."""
     return _silence(_get(Silence, pk, "silence"))
@@ -342,7 +342,7 @@ def _delivery(row: Delivery) -> dict:
             "next_try_at": _iso(row.next_try_at), "sent_at": _iso(row.sent_at)}
 
 
-@_read("/deliveries/", "deliveries", response={200: list[DeliveryOut], **LIST})
+@read("/deliveries/", "deliveries", response={200: list[DeliveryOut], **LIST})
 @paginate(Pages, serialize=_delivery)
 def delivery_list(request: HttpRequest,
                   status: str | None = Query(None, description="pending, sending, sent, failed or silenced"),
