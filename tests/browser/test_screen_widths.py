@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gpufleet import gpu
+from gpufleet.alerts import services as alerts
 from gpufleet.api.models import ApiToken
 from gpufleet.claims import services as claims
 from gpufleet.fleet.models import Node
@@ -69,6 +70,12 @@ def busy_fleet(fleet, operator, admin_user):
                              output="Reading package lists... Done\n" + "Setting up nvidia-container-toolkit "
                              "(1.18.2-1) ... /usr/lib/x86_64-linux-gnu/libnvidia-container.so.1.18.2\n" * 20)
     ApiToken.issue(admin_user, "grafana-dashboard-readonly", "read")
+    alerts.save_rule(None, {"name": "H100 racks, failing or warning", "kinds": ["finding", "offline", "gpu-vanished"],
+                            "min_severity": "warn", "nodes": "rack4-*", "gpu_model": "H100", "repeat_hours": 4},
+                     [alerts.save_channel(None, "ml-oncall-email", "mailtos://u:p@smtp.example.com?to=a@example.com"),
+                      alerts.save_channel(None, "gpu-ops-webhook", "json://hooks.example.com/gpufleet")])
+    alerts.save_silence(None, "rack4-*", datetime.now(UTC), datetime.now(UTC) + timedelta(hours=3),
+                        "PDU replacement in rack 4, every node reboots twice")
     return job
 
 
@@ -85,6 +92,10 @@ def pages(job: Job) -> list[str]:
         "/audit/",
         "/tokens/",
         f"/jobs/{job.pk}/",
+        "/alerts/channels/",
+        "/alerts/rules/",
+        "/alerts/silences/",
+        "/alerts/deliveries/",
     ]
 
 
