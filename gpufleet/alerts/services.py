@@ -100,37 +100,40 @@ def plan(now: datetime | None = None) -> int:
 
 def _due_opened(rules: list[Rule], now: datetime) -> defaultdict[_Due, list[tuple[int, str]]]:
     """The open events (and recent one-off events) each rule's channels are due to hear
-    of now, as opened or repeat notices, by delivery they go in: (event pk, notice)."""
+    of now, as opened or repeat notices, by delivery they go in: (event pk, notice). Read
+    as plain rows: every tick reads every open event."""
     oldest_rule = min(rule.created_at for rule in rules)
     one_off = Q(closed_at=F("opened_at"), opened_at__gte=max(oldest_rule, now - ONE_OFF_HORIZON))
-    events = list(Event.objects.filter(Q(closed_at__isnull=True) | one_off, opened_at__isnull=False,
-                                       opened_at__lte=now).select_related("node"))
+    events = list(Event.objects.filter(Q(closed_at__isnull=True) | one_off, opened_at__isnull=False, opened_at__lte=now)
+                  .order_by().values_list("pk", "kind", "severity", "opened_at", "closed_at", "node__name",
+                                          "node__gpu_models"))
     due: defaultdict[_Due, list[tuple[int, str]]] = defaultdict(list)
     if not events:
         return due
-    sent = set(DeliveryEvent.objects.filter(event_id__any=[e.pk for e in events])
+    sent = set(DeliveryEvent.objects.filter(event_id__any=[row[0] for row in events])
                .values_list("event_id", "rule_id", "channel_id", "notice"))
     silences = list(Silence.objects.active(now))
-    for event in events:
-        name = event.node.name if event.node_id else None
+    targets = [(rule, [channel.pk for channel in rule.channels.all()], timedelta(minutes=rule.wait_minutes))
+               for rule in rules]
+    for pk, kind, severity, opened_at, closed_at, name, gpu_models in events:
         silenced = any(s.covers(name) for s in silences)
-        once = event.closed_at is not None
-        for rule in rules:
-            if not rule.matches(event.kind, event.severity, name, event.node.gpu_models if event.node_id else ""):
+        once = closed_at is not None
+        for rule, channel_ids, wait in targets:
+            if not rule.matches(kind, severity, name, gpu_models or ""):
                 continue
-            if once and event.opened_at < rule.created_at:
+            if once and opened_at < rule.created_at:
                 continue
-            open_for = now - event.opened_at - timedelta(minutes=rule.wait_minutes)
+            open_for = now - opened_at - wait
             if not once and open_for < timedelta(0):
                 continue
-            for channel in rule.channels.all():
-                if (event.pk, rule.pk, channel.pk, Notice.OPENED) not in sent:
-                    due[_Due(rule, channel.pk, Notice.OPENED, silenced)].append((event.pk, Notice.OPENED))
+            for channel_id in channel_ids:
+                if (pk, rule.pk, channel_id, Notice.OPENED) not in sent:
+                    due[_Due(rule, channel_id, Notice.OPENED, silenced)].append((pk, Notice.OPENED))
                 elif rule.repeat_hours and not once:
                     repeat = int(open_for / timedelta(hours=rule.repeat_hours))
                     label = f"{Notice.REPEAT}-{repeat}"
-                    if repeat >= 1 and (event.pk, rule.pk, channel.pk, label) not in sent:
-                        due[_Due(rule, channel.pk, Notice.REPEAT, silenced)].append((event.pk, label))
+                    if repeat >= 1 and (pk, rule.pk, channel_id, label) not in sent:
+                        due[_Due(rule, channel_id, Notice.REPEAT, silenced)].append((pk, label))
     return due
 
 
