@@ -11,10 +11,14 @@ Redis, so that N consumers together still give a node the cap, not N times it);
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import deque
 
 import redis
 from django.conf import settings
+
+log = logging.getLogger(__name__)
 
 # Grants each node of the batch up to the cap within the last interval (a sliding
 # window, by the server's clock), in one atomic step whatever the number of consumers.
@@ -101,7 +105,9 @@ class Admission:
 class SharedAdmission:
     """As Admission (at most `cap` admissions per node within any `interval_s`), counted
     in Redis by every consumer together, under keys `prefix` + node name, which expire
-    an interval after a node's last grant: one script call a batch."""
+    an interval after a node's last grant: one script call a batch. While Redis is full
+    (maxmemory) and refuses to record grants, each consumer counts by itself (Admission),
+    so that the consumers read on and free it."""
 
     def __init__(self, client: redis.Redis, prefix: str, cap: int, interval_s: float) -> None:
         if cap < 1 or interval_s <= 0:
@@ -109,6 +115,8 @@ class SharedAdmission:
         self.prefix, self.cap, self.interval_ms = prefix, cap, max(1, round(interval_s * 1000))
         self._client = client
         self._grant = client.register_script(GRANT)
+        self._alone = Admission(cap, interval_s)
+        self._alone_last = False
 
     @classmethod
     def from_settings(cls, client: redis.Redis, prefix: str) -> SharedAdmission:
@@ -120,12 +128,21 @@ class SharedAdmission:
             return {}
         nodes = list(wanted)
         args = [self.cap, self.interval_ms, *(x for node in nodes for x in (node, wanted[node]))]
-        counts = self._grant(keys=[self.prefix], args=args)
+        try:
+            counts = self._grant(keys=[self.prefix], args=args)
+        except redis.exceptions.OutOfMemoryError:
+            log.warning("Redis is full (maxmemory): this consumer caps each node by itself until it is not")
+            self._alone_last = True
+            return self._alone.grant(wanted, time.monotonic())
+        self._alone_last = False
         return dict(zip(nodes, map(int, counts), strict=True))
 
     def give_back(self, granted: dict[str, int]) -> None:
         """As Admission.give_back (the newest grants of each node go)."""
         if not any(granted.values()):
+            return
+        if self._alone_last:
+            self._alone.give_back(granted)
             return
         with self._client.pipeline(transaction=True) as pipe:
             for node, count in granted.items():

@@ -338,9 +338,13 @@ class Consumer:
         lost connection, as Redis may have restarted with an empty script cache), and
         create the group (and the stream) if missing; from the stream's first entry, so
         entries appended before any consumer ran are stored too."""
-        broker_users.prepare(self.client, self.stream)
         try:
+            broker_users.prepare(self.client, self.stream)
             self.client.xgroup_create(self.key, self.group, id="0", mkstream=True)
+        except redis.exceptions.OutOfMemoryError:
+            # Redis at its maxmemory refuses what would take more (these too, the group
+            # there or not); reading, acknowledging and deleting free it, and go on.
+            log.warning("Redis is full (maxmemory): reading on to free it, without loading the append function")
         except redis.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
@@ -397,13 +401,20 @@ class Consumer:
     def acknowledge(self, ids: list[bytes]) -> None:
         if not ids:
             return
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.xack(self.key, self.group, *ids).xdel(self.key, *ids)
-            _, deleted = pipe.execute()
-        # A consumer killed here leaves the count short by this batch: the trims are then
-        # overstated, never hidden.
-        if deleted:
-            self.client.incrby(deleted_key(self.key), deleted)
+        try:
+            with self.client.pipeline(transaction=True) as pipe:
+                pipe.xack(self.key, self.group, *ids).xdel(self.key, *ids)
+                _, deleted = pipe.execute()
+            # A consumer killed here leaves the count short by this batch: the trims are then
+            # overstated, never hidden.
+            if deleted:
+                self.client.incrby(deleted_key(self.key), deleted)
+        except redis.exceptions.OutOfMemoryError:
+            # Redis at its maxmemory queues no command of a transaction and takes no INCRBY,
+            # but XACK and XDEL alone, which free it: the count is short by this batch, as above.
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.xack(self.key, self.group, *ids).xdel(self.key, *ids)
+                pipe.execute()
 
     def _forget_idle_consumers(self) -> None:
         # Every process joins under a name of its own: those that hold nothing and were

@@ -154,3 +154,17 @@ def test_consumers_together_accept_no_more_of_a_node_than_its_cap_per_interval(c
     # The rest refused as over the cap (and those of the four that one batch made stale as replays).
     node = Node.objects.get(name="flooder")
     assert (node.refused_total, node.refused_last_reason) == (36 + outcomes.count(STALE), Refusal.OVER_CAP)
+
+
+def test_a_consumer_started_on_a_full_redis_reads_on_and_frees_it(client):
+    # maxmemory reached (noeviction, Redis's default policy): Redis refuses the writes that
+    # would take more memory, the function's and the group's loading included; reading,
+    # acknowledging and deleting, which free it, go on.
+    _append(client, ["a", "b"])
+    _consumer(client, "first").ensure_group()
+    client.config_set("maxmemory", max(1, client.info("memory")["used_memory"] // 2))
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        client.set("x", "y")
+    consumer = _consumer(client, "after-a-restart")
+    assert consumer.step() == 2
+    assert Node.objects.count() == 2 and client.xlen(broker.ingest_key(STREAM)) == 0
