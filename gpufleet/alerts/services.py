@@ -24,6 +24,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
@@ -112,11 +113,11 @@ def _due_opened(rules: list[Rule], now: datetime) -> defaultdict[_Due, list[tupl
         return due
     sent = set(DeliveryEvent.objects.filter(event_id__any=[row[0] for row in events])
                .values_list("event_id", "rule_id", "channel_id", "notice"))
-    silences = list(Silence.objects.active(now))
+    quiet = muted(now)
     targets = [(rule, [channel.pk for channel in rule.channels.all()], timedelta(minutes=rule.wait_minutes))
                for rule in rules]
     for pk, kind, severity, opened_at, closed_at, name, gpu_models in events:
-        silenced = any(s.covers(name) for s in silences)
+        silenced = quiet(name)
         once = closed_at is not None
         for rule, channel_ids, wait in targets:
             if not rule.matches(kind, severity, name, gpu_models or ""):
@@ -152,14 +153,20 @@ def _due_resolved(rules: list[Rule], now: datetime) -> defaultdict[_Due, list[tu
         .exclude(event__closed_at=F("event__opened_at")).exclude(Exists(resolved))
         .values_list("event_id", "rule_id", "channel_id", "event__node__name")
     )
-    silences = list(Silence.objects.active(now))
+    quiet = muted(now)
     for event_id, rule_id, channel_id, name in sorted(rows):
         rule = wanted[rule_id]
         if channel_id not in {channel.pk for channel in rule.channels.all()}:
             continue
-        silenced = any(s.covers(name) for s in silences)
-        due[_Due(rule, channel_id, Notice.RESOLVED, silenced)].append((event_id, Notice.RESOLVED))
+        due[_Due(rule, channel_id, Notice.RESOLVED, quiet(name))].append((event_id, Notice.RESOLVED))
     return due
+
+
+def muted(now: datetime) -> Callable[[str | None], bool]:
+    """Whether the notices of a node (by name; None: the site) are muted now: a silence
+    covers it. The one place that says so, for planning and sending alike."""
+    silences = list(Silence.objects.active(now))
+    return lambda name: any(silence.covers(name) for silence in silences)
 
 
 def _make_deliveries(due: dict[_Due, list[tuple[int, str]]], now: datetime) -> None:
@@ -228,8 +235,8 @@ def deliver(delivery: Delivery, token: uuid.UUID) -> str:
     now = timezone.now()
     mine = Delivery.objects.filter(pk=delivery.pk, claim_token=token)
     events = list(delivery.events.select_related("node").order_by("node__name", "kind", "code"))
-    silences = list(Silence.objects.active(now))
-    if events and all(any(s.covers(_node_name(e)) for s in silences) for e in events):
+    quiet = muted(now)
+    if events and all(quiet(_node_name(e)) for e in events):
         mine.update(status=Status.SILENCED)
         return Status.SILENCED
     channel = delivery.channel
