@@ -33,6 +33,9 @@ REQUIRED = {
     "jobs:fix": (APPLY_FIX, "get"),
     "jobs:status": (VIEW, "get"),
     "audit:log": (VIEW, "get"),
+    "events:list": (VIEW, "get"),
+    "events:export": (VIEW, "get"),
+    "events:open_count": (VIEW, "get"),
     "claims:list": (VIEW, "get"),
     "claims:find": (VIEW, "get"),
     "claims:panel": (VIEW, "get"),
@@ -54,6 +57,7 @@ REQUIRED = {
     "api:openapi-json": (VIEW, "get"),
     "api:docs": (VIEW, "get"),
     "api:placement": (VIEW, "get"),
+    "api:events": (VIEW, "get"),
     # A scraper's page: a token or an allowed address, or a session that may view.
     "metrics": (VIEW, "get"),
     "tokens:list": (VIEW, "get"),
