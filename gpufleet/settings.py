@@ -252,6 +252,9 @@ GPUFLEET_XID_WINDOW_HOURS = _AGENT.GPUFLEET_XID_WINDOW_HOURS
 GPUFLEET_DOCKER_TIMEOUT = _AGENT.GPUFLEET_DOCKER_TIMEOUT
 # A node counts as offline after this many collect intervals without a snapshot.
 GPUFLEET_OFFLINE_AFTER_INTERVALS = 3
+# The overview turns its "not reporting" tile and finding to an alarm once more than
+# this share (percent) of the enrolled nodes stopped reporting.
+GPUFLEET_OFFLINE_ALARM_PERCENT = env_float("GPUFLEET_OFFLINE_ALARM_PERCENT", 10.0, minimum=0.0)
 # Whether the central beat deletes claims past their expiry time (audited, by "system");
 # off, expired claims are only flagged.
 GPUFLEET_RELEASE_EXPIRED = env_bool("GPUFLEET_RELEASE_EXPIRED", False)

@@ -23,7 +23,7 @@ from ninja.parser import Parser
 from ninja.responses import Response
 
 from gpufleet import gpu
-from gpufleet.api import alerts, serializers
+from gpufleet.api import alerts, maintenance, serializers
 from gpufleet.api.auth import Refused, SessionAuth, TokenAuth
 from gpufleet.api.errors import ApiError, answer, error, errors, unsupported_media_type
 from gpufleet.api.pagination import Pages
@@ -127,6 +127,8 @@ api = Api(
 )
 # Channels, rules, silences and deliveries (gpufleet/api/alerts.py).
 api.add_router("/", alerts.router)
+# A node's maintenance (gpufleet/api/maintenance.py).
+api.add_router("/", maintenance.router)
 
 
 # An answer holds the keys its serializer wrote: one it leaves out (a finding's `fix`

@@ -42,6 +42,8 @@ class Action(models.TextChoices):
     SILENCE_CREATE = "silence.create", "Silence added"
     SILENCE_UPDATE = "silence.update", "Silence changed"
     SILENCE_END = "silence.end", "Silence ended"
+    MAINTENANCE_START = "maintenance.start", "Maintenance set"
+    MAINTENANCE_END = "maintenance.end", "Maintenance ended"
 
 
 class AuditEntry(models.Model):

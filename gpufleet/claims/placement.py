@@ -10,6 +10,7 @@ from django.db.models import Prefetch
 from django.utils import timezone
 
 from gpufleet import gpu
+from gpufleet.fleet.maintenance import in_maintenance_flag
 from gpufleet.fleet.models import Device, FindingStatus, Node, offline_after
 
 # The ruled-out list names this many nodes; the rest are only counted by reason.
@@ -18,8 +19,9 @@ RULED_OUT_SHOWN = 50
 
 def fleet_placement(request: gpu.PlacementRequest, now=None) -> gpu.Placement:
     """Three queries: the nodes, their current GPUs, their claims."""
-    stale_before = (now or timezone.now()) - offline_after()
-    nodes = Node.objects.order_by("name").prefetch_related(
+    now = now or timezone.now()
+    stale_before = now - offline_after()
+    nodes = Node.objects.annotate(in_maintenance=in_maintenance_flag(now)).order_by("name").prefetch_related(
         Prefetch(
             "devices",
             queryset=Device.objects.filter(vanished_at__isnull=True).order_by("index"),
@@ -32,6 +34,7 @@ def fleet_placement(request: gpu.PlacementRequest, now=None) -> gpu.Placement:
             name=node.name,
             ledger=node.ledger(claims=list(node.claims.all())),
             offline=node.offline,
+            maintenance=node.in_maintenance,
             failing=node.health == FindingStatus.FAIL,
             stale=node.last_seen < stale_before,
         )

@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 VIEW, EDIT_CLAIMS, DIAGNOSE, APPLY_FIX, MANAGE_USERS = "view", "edit_claims", "diagnose", "apply_fix", "manage_users"
 ACKNOWLEDGE_XID = "acknowledge_xid"
 MANAGE_ALERTS = "manage_alerts"
+MAINTAIN = "maintain"
 
 _PERMISSION = {
     VIEW: "fleet.view_node",
@@ -24,6 +25,7 @@ _PERMISSION = {
     ACKNOWLEDGE_XID: "fleet.acknowledge_xid",
     MANAGE_USERS: "auth.change_user",
     MANAGE_ALERTS: "alerts.change_rule",
+    MAINTAIN: "fleet.change_maintenance",
 }
 
 

@@ -1,5 +1,5 @@
-"""The three roles, as Django groups: viewer reads, operator also edits claims and
-asks for diagnoses, admin also applies fixes, manages users and sets up alerts. Kept in step with
+"""The three roles, as Django groups: viewer reads, operator also edits claims,
+asks for diagnoses and puts nodes in maintenance, admin also applies fixes, manages users and sets up alerts. Kept in step with
 this table after every migrate."""
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ _READ = [
     "alerts.view_silence",
     "alerts.view_delivery",
 ]
-_OPERATE = ["claims.add_claim", "claims.change_claim", "claims.delete_claim", "fleet.diagnose_node"]
+_OPERATE = ["claims.add_claim", "claims.change_claim", "claims.delete_claim", "fleet.diagnose_node",
+            "fleet.change_maintenance"]
 _ADMINISTER = ["fleet.apply_fix", "fleet.acknowledge_xid", "auth.view_user", "auth.add_user", "auth.change_user", "auth.delete_user", "auth.view_group"]
 # Channels (whose URLs hold secrets), rules and silences: the admin role's.
 _ADMINISTER += [f"alerts.{verb}_{model}" for model in ("channel", "rule", "silence") for verb in ("add", "change", "delete")]

@@ -479,3 +479,25 @@ class NodeCredential(models.Model):
     def __str__(self) -> str:
         state = f"revoked {self.revoked_at:%Y-%m-%d %H:%M}" if self.revoked_at else f"key {self.generation}"
         return f"{self.name} ({state})"
+
+
+class Maintenance(models.Model):
+    """A node taken out of service until `until`: it takes no new claims, is left out
+    of find-a-node and sends no alerts; its events are still recorded. Its own row,
+    not columns of Node, so that setting it never touches the row ingest rewrites.
+    A passed `until` is simply not in maintenance (every reader compares with now)."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="maintenance")
+    until = models.DateTimeField()
+    REASON_MAX = 500
+
+    reason = models.CharField(max_length=REASON_MAX)
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                               related_name="+")
+    started_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.node.name} in maintenance until {self.until:%Y-%m-%d %H:%M}"
+
+    def as_audit_dict(self) -> dict:
+        return {"until": self.until.isoformat(), "reason": self.reason}

@@ -11,18 +11,36 @@ from datetime import datetime
 from functools import cached_property
 from urllib.parse import urlencode
 
-from django.db.models import Count, F, Q, Sum, Value
-from django.db.models.functions import Coalesce, Greatest
+from django.conf import settings
+from django.db.models import Case, Count, F, Min, Q, Sum, Value, When
+from django.db.models.functions import Coalesce, Greatest, StrIndex, Substr
+from django.utils import timezone
 
-from gpufleet.fleet.models import Device, Health, Node
+from gpufleet import gpu
+from gpufleet.fleet.maintenance import in_maintenance_flag
+from gpufleet.fleet.models import Device, Finding, FindingStatus, Health, Node
 
 # How many nodes, GPUs or claims a fleet finding names before it says "and N more".
 LIST_LIMIT = 10
 
 _ONLINE = Q(offline=False)
-# Nodes whose free GPUs a claim could put to use: "find a node" rules out offline and
-# failing ones (gpufleet/gpu/placement.py), so "GPUs free" leaves them out too.
-_TAKES_WORK = _ONLINE & ~Q(health=Health.FAIL)
+# A node in maintenance was taken out of service on purpose: it is counted apart, not
+# as failing or offline (`away` is annotated by _nodes()).
+_HERE = Q(away=False)
+# Nodes whose free GPUs a claim could put to use: "find a node" rules out offline,
+# in-maintenance and failing ones (gpufleet/gpu/placement.py), so "GPUs free" leaves them out too.
+_TAKES_WORK = _ONLINE & _HERE & ~Q(health=Health.FAIL)
+
+# A finding's kind, whatever GPU it is about: "gpu3.xid" -> "xid", "lost:0000:9B:00.0" -> "lost".
+_KIND = Case(
+    When(code__regex=r"^gpu[0-9]+\.", then=Substr("code", StrIndex("code", Value(".")) + 1)),
+    When(code__contains=":", then=Substr("code", 1, StrIndex("code", Value(":")) - 1)),
+    default=F("code"),
+)
+# Kinds about one GPU each, counted in GPUs; the rest are about the node.
+_GPU_KINDS = {"xid": "Xid errors", "ecc": "memory (ECC) errors", "thermal": "thermal slowdown",
+              "power": "power brake slowdown", "lost": "GPU fallen off the bus"}
+_XID = re.compile(r"\bXid (\d+)\b")
 
 
 def toolkit_short(version: str) -> str:
@@ -39,6 +57,8 @@ class Item:
     node: str = ""
     query: str = ""
     when: datetime | None = None
+    status: Health | None = None
+    fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -48,38 +68,58 @@ class FleetFinding:
     title: str
     items: list[Item] = field(default_factory=list)
     more: int = 0
+    # The overview's query string listing all of them, for "and N more".
+    more_query: str = ""
 
 
 class FleetSummary:
     """Lazily computed: templates read `tiles` and `findings`."""
 
+    def __init__(self, now: datetime | None = None):
+        self.now = now or timezone.now()
+
+    def _nodes(self):
+        return Node.objects.annotate(away=in_maintenance_flag(self.now))
+
     @cached_property
     def tiles(self) -> dict:
-        figures = Node.objects.aggregate(
+        figures = self._nodes().aggregate(
             nodes=Count("pk"),
             nodes_offline=Count("pk", filter=Q(offline=True)),
+            not_reporting=Count("pk", filter=Q(offline=True) & _HERE),
+            maintenance=Count("pk", filter=Q(away=True)),
             gpus=Coalesce(Sum("gpu_count", filter=_ONLINE), 0),
             vram_total=Coalesce(Sum("vram_total_mib", filter=_ONLINE), 0),
             vram_used=Coalesce(Sum("vram_used_mib", filter=_ONLINE), 0),
             reserved=Coalesce(Sum("gpus_reserved", filter=_ONLINE), 0),
             free=Coalesce(Sum(Greatest(F("gpu_count") - F("gpus_reserved"), Value(0)), filter=_TAKES_WORK), 0),
             lost=Coalesce(Sum("gpus_lost"), 0),
-            failing=Count("pk", filter=_ONLINE & Q(health=Health.FAIL)),
-            warning=Count("pk", filter=_ONLINE & Q(health=Health.WARN)),
+            failing=Count("pk", filter=_ONLINE & _HERE & Q(health=Health.FAIL)),
+            warning=Count("pk", filter=_ONLINE & _HERE & Q(health=Health.WARN)),
         )
         figures["online"] = figures["nodes"] - figures["nodes_offline"]
+        # Nodes that stopped reporting (not in maintenance) are a problem like failing
+        # ones; above GPUFLEET_OFFLINE_ALARM_PERCENT of the fleet, the loudest one.
+        nodes, offline = figures["nodes"], figures["not_reporting"]
+        figures["offline_percent"] = round(100 * offline / nodes) if nodes else 0
+        figures["offline_alarm"] = bool(offline) and 100 * offline > settings.GPUFLEET_OFFLINE_ALARM_PERCENT * nodes
         return figures
 
     @cached_property
     def findings(self) -> list[FleetFinding]:
+        offline = self._offline()
         found = [
             self._problems(Health.FAIL, "failing"),
             self._problems(Health.WARN, "with warnings"),
-            self._offline(),
+            offline,
+            self._causes(),
             self._drift("driver_version", "driver", "Driver versions differ across nodes"),
             self._drift("toolkit_version", "", "Container toolkit versions differ across nodes", toolkit_short),
             self._vanished(),
         ]
+        if offline is not None and self.tiles["offline_alarm"]:
+            found.remove(offline)
+            found.insert(0, offline)
         return [f for f in found if f is not None]
 
     def _problems(self, health: Health, words: str) -> FleetFinding | None:
@@ -87,19 +127,51 @@ class FleetSummary:
         count = self.tiles["failing" if health == Health.FAIL else "warning"]
         if not count:
             return None
-        nodes = Node.objects.filter(_ONLINE, health=health).order_by("name").only("name", "problem", "health")[:LIST_LIMIT]
+        nodes = (self._nodes().filter(_ONLINE, _HERE, health=health).order_by("name")
+                 .only("name", "problem", "health")[:LIST_LIMIT])
         items = [Item(f"{n.name}: {n.problem or n.get_health_display()}", node=n.name) for n in nodes]
         title = f"{count} node{'s' if count != 1 else ''} {words}"
-        return FleetFinding(f"nodes_{health}", health, title, items, max(0, count - len(items)))
+        return FleetFinding(f"nodes_{health}", health, title, items, max(0, count - len(items)),
+                            urlencode({"health": health.value}))
 
     def _offline(self) -> FleetFinding | None:
-        count = self.tiles["nodes_offline"]
+        tiles = self.tiles
+        count = tiles["not_reporting"]
         if not count:
             return None
-        nodes = Node.objects.filter(offline=True).order_by("-last_seen").only("name", "last_seen")[:LIST_LIMIT]
+        nodes = (self._nodes().filter(_HERE, offline=True).order_by("-last_seen")
+                 .only("name", "last_seen")[:LIST_LIMIT])
         items = [Item(n.name, node=n.name, when=n.last_seen) for n in nodes]
         title = f"{count} node{'s' if count != 1 else ''} stopped reporting"
-        return FleetFinding("offline", Health.FAIL, title, items, max(0, count - len(items)))
+        if tiles["offline_alarm"]:
+            title += f": {tiles['offline_percent']}% of the fleet"
+        return FleetFinding("offline", Health.FAIL, title, items, max(0, count - len(items)),
+                            urlencode({"offline": "yes"}))
+
+    def _causes(self) -> FleetFinding | None:
+        """The warn and fail findings of online nodes (not in maintenance) grouped by
+        cause, one line each with its fix: one aggregate query whatever the fleet size.
+        A cause is a finding's kind (whatever GPU it names), status and fix, so two Xids
+        with different remedies are two causes."""
+        rows = list(
+            Finding.objects.filter(status__in=[FindingStatus.WARN, FindingStatus.FAIL], node__offline=False)
+            .exclude(node__maintenance__until__gt=self.now)
+            .annotate(kind=_KIND)
+            .values("kind", "status", "fix")
+            .annotate(gpus=Count("pk"), nodes=Count("node", distinct=True), messages=Count("message", distinct=True),
+                      message=Min("message"), name=Min("name"), node_name=Min("node__name"))
+            .order_by()
+        )
+        if not rows:
+            return None
+        rows.sort(key=lambda r: (-FindingStatus(r["status"]).rank, -r["nodes"], -r["gpus"], r["kind"]))
+        items = [
+            Item(_cause_text(row), node=row["node_name"] if row["nodes"] == 1 else "",
+                 status=Health(row["status"]), fix=row["fix"])
+            for row in rows[:LIST_LIMIT]
+        ]
+        worst = Health.FAIL if any(r["status"] == FindingStatus.FAIL for r in rows) else Health.WARN
+        return FleetFinding("causes", worst, "Problems by cause", items, max(0, len(rows) - LIST_LIMIT))
 
     @cached_property
     def _versions(self) -> list[dict]:
@@ -144,3 +216,28 @@ class FleetSummary:
         more = vanished.count() - LIST_LIMIT if len(devices) > LIST_LIMIT else 0
         title = "GPUs vanished (no longer reported by their node)"
         return FleetFinding("vanished", Health.FAIL, title, items, more)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def _cause_text(row: dict) -> str:
+    """"Xid 79 on 3 GPUs of 2 nodes", "12 nodes: No nvidia runtime in Docker"."""
+    kind, same = row["kind"], row["messages"] == 1
+    if kind in _GPU_KINDS:
+        what = _GPU_KINDS[kind]
+        if kind == "xid":
+            what = _xid_named(row["message"], row["fix"]) or what
+        elif same:
+            what = row["message"]
+        return f"{what} on {_plural(row['gpus'], 'GPU')} of {_plural(row['nodes'], 'node')}"
+    return f"{_plural(row['nodes'], 'node')}: {row['message'] if same else row['name']}"
+
+
+def _xid_named(message: str, fix: str) -> str:
+    """The Xid whose remedy is the group's fix, as "Xid 79"; "" when none says so."""
+    for number in _XID.findall(message or ""):
+        if gpu.xid_code(int(number)).action == fix:
+            return f"Xid {number}"
+    return ""

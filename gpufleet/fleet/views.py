@@ -6,7 +6,9 @@ drawn by the claims and jobs apps' template tags."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
+from django.db.models import F
 from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
@@ -14,13 +16,14 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from gpufleet.core import downloads
-from gpufleet.core.access import ACKNOWLEDGE_XID, VIEW, requires
+from gpufleet.core.access import ACKNOWLEDGE_XID, MAINTAIN, VIEW, requires
 from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.core.querystring import clean_query
 from gpufleet.events import services as events
-from gpufleet.fleet import charts, reports
+from gpufleet.fleet import charts, maintenance, reports
 from gpufleet.fleet import nodes as node_page
 from gpufleet.fleet.filters import NodeFilter, paginate
+from gpufleet.fleet.forms import MaintenanceForm
 from gpufleet.fleet.models import Node
 from gpufleet.fleet.summary import FleetSummary
 from gpufleet.fleet.xid_acks import NothingToAcknowledge, acknowledge_xids
@@ -35,7 +38,9 @@ def fleet(request, partial: str = "node-table"):
     URL and for the tiles and fleet findings at fleet:summary. An invalid filter
     value lists no node and is shown at its field and above the table, with 200
     so HTMX swaps it in."""
-    node_filter = NodeFilter(request.GET, queryset=Node.objects.all())
+    now = timezone.now()
+    # The table shows a node in maintenance as such (a join, no query of its own).
+    node_filter = NodeFilter(request.GET, queryset=Node.objects.annotate(maintenance_until=F("maintenance__until")))
     query = clean_query(request.GET)
     summary_only = partial == "fleet-summary" and wants_fragment(request)
     context = {
@@ -45,8 +50,9 @@ def fleet(request, partial: str = "node-table"):
         "table_url": _with_query(reverse("fleet:overview"), query),
         "page": None if summary_only else paginate(node_filter, request.GET.get("page")),
         # Queried only when a template reads it: the table fragment never does.
-        "summary": FleetSummary(),
-        "now": timezone.now(),
+        "summary": FleetSummary(now),
+        "now": now,
+        "offline_alarm_percent": f"{settings.GPUFLEET_OFFLINE_ALARM_PERCENT:g}",
     }
     response = render_page(request, "fleet/fleet.html", context, partial=partial)
     if wants_fragment(request) and not summary_only and query != request.GET:
@@ -67,7 +73,7 @@ def _with_query(path: str, query) -> str:
 def node_detail(request, name: str, partial: str | None = None):
     """The node page; HTMX asks for its findings (after a job finished, and on
     a slow refresh) at fleet:node_findings."""
-    node = get_object_or_404(Node, name=name)
+    node = get_object_or_404(Node.objects.select_related("maintenance__author"), name=name)
     now = timezone.now()
     context = {"node": node, "now": now, "findings": node_page.findings_worst_first(node)}
     if not (partial and wants_fragment(request)):
@@ -78,6 +84,8 @@ def node_detail(request, name: str, partial: str | None = None):
         context["lost"] = node_page.lost_capacity(node)
         context["history_ranges"] = list(charts.RANGES)
         context["timeline"] = events.timeline(node.pk)
+        context["maintenance"] = maintenance.of_loaded(node, now)
+        context["maintenance_form"] = MaintenanceForm()
     return render_page(request, "fleet/node_detail.html", context, partial=partial)
 
 
@@ -93,6 +101,39 @@ def acknowledge_xid(request, name: str, index: int):
         messages.warning(request, str(exc))
     else:
         messages.success(request, f"Xid errors of GPU {index} acknowledged; a newer Xid will show again.")
+    return redirect("fleet:node_detail", name=node.name)
+
+
+@require_POST
+@requires(MAINTAIN)
+def set_maintenance(request, name: str):
+    """Put the node in maintenance (or change the end and reason of the one it is
+    in), then back to its page with what happened."""
+    node = get_object_or_404(Node, name=name)
+    form = MaintenanceForm(request.POST)
+    if not form.is_valid():
+        problems = "; ".join(f"{form.fields[f].label}: {' '.join(errs)}" for f, errs in form.errors.items())
+        messages.error(request, f"Maintenance not set. {problems}")
+        return redirect("fleet:node_detail", name=node.name)
+    try:
+        row = maintenance.start(node, form.cleaned_data["until"], form.cleaned_data["reason"], request.user)
+    except maintenance.MaintenanceError as exc:
+        messages.error(request, f"Maintenance not set. {exc}")
+    else:
+        messages.success(request, f"{node.name} is in maintenance until {timezone.localtime(row.until):%Y-%m-%d %H:%M}.")
+    return redirect("fleet:node_detail", name=node.name)
+
+
+@require_POST
+@requires(MAINTAIN)
+def end_maintenance(request, name: str):
+    node = get_object_or_404(Node, name=name)
+    try:
+        maintenance.end(node, request.user)
+    except maintenance.MaintenanceError as exc:
+        messages.warning(request, str(exc))
+    else:
+        messages.success(request, f"Maintenance of {node.name} ended.")
     return redirect("fleet:node_detail", name=node.name)
 
 

@@ -2,7 +2,7 @@
 
 Whether a claim fits one node is the ledger's call (`Ledger.fit`); this only asks
 each candidate node's ledger about a hypothetical claim, rules out the nodes that
-cannot take work (offline, failing, stale) and ranks the ones where it fits.
+cannot take work (offline, in maintenance, failing, stale) and ranks the ones where it fits.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from gpufleet.gpu.ledger import Claim, Insufficient, Ledger
 PROBE = "placement"
 
 OFFLINE = "offline"
+MAINTENANCE = "maintenance"
 FAILING = "failing"
 STALE = "stale"
 TOO_FEW = "too_few"
@@ -26,6 +27,7 @@ LOW_VRAM = "low_vram"
 # Each reason in a few words, for counts by reason; the ledger's own codes too.
 PLACEMENT_REASONS = {
     OFFLINE: "offline",
+    MAINTENANCE: "in maintenance",
     FAILING: "failing",
     STALE: "stale",
     TOO_FEW: "too few free GPUs",
@@ -58,6 +60,7 @@ class Candidate:
     name: str
     ledger: Ledger
     offline: bool = False
+    maintenance: bool = False
     failing: bool = False
     stale: bool = False
 
@@ -117,6 +120,8 @@ def _try(request: PlacementRequest, candidate: Candidate) -> Fit | RuledOut:
     name = candidate.name
     if candidate.offline:
         return RuledOut(name, OFFLINE, "offline")
+    if candidate.maintenance:
+        return RuledOut(name, MAINTENANCE, "in maintenance")
     if candidate.failing:
         return RuledOut(name, FAILING, "failing")
     if candidate.stale:

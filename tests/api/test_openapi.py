@@ -35,6 +35,7 @@ ENDPOINTS = {
     "/api/rules/{pk}/": {"get", "put", "delete"},
     "/api/silences/": {"get", "post"},
     "/api/silences/{pk}/": {"get", "delete"},
+    "/api/nodes/{name}/maintenance/": {"get", "put", "delete"},
     "/api/deliveries/": {"get"},
 }
 
@@ -128,6 +129,9 @@ ANSWERS = {
     ("/api/silences/", "post"): {201, 400, 401, 403, 415, 422},
     ("/api/silences/{pk}/", "get"): {200, 401, 403, 404},
     ("/api/silences/{pk}/", "delete"): {204, 401, 403, 404},
+    ("/api/nodes/{name}/maintenance/", "get"): {200, 401, 403, 404},
+    ("/api/nodes/{name}/maintenance/", "put"): {200, 400, 401, 403, 404, 415, 422},
+    ("/api/nodes/{name}/maintenance/", "delete"): {204, 401, 403, 404, 409},
     ("/api/deliveries/", "get"): {200, 400, 401, 403, 404},
 }
 ERROR = {"$ref": "#/components/schemas/Error"}

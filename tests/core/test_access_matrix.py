@@ -15,7 +15,7 @@ from django.urls import URLResolver, get_resolver, reverse
 from django.utils import timezone
 
 from gpufleet.alerts.models import Channel, Rule, Silence
-from gpufleet.core.access import ACKNOWLEDGE_XID, APPLY_FIX, DIAGNOSE, EDIT_CLAIMS, MANAGE_ALERTS, VIEW
+from gpufleet.core.access import ACKNOWLEDGE_XID, APPLY_FIX, DIAGNOSE, EDIT_CLAIMS, MAINTAIN, MANAGE_ALERTS, VIEW
 from gpufleet.jobs.models import Job, JobKind
 from tests.claims.helpers import claim
 from tests.factories import ingest
@@ -29,6 +29,8 @@ REQUIRED = {
     "fleet:node_findings": (VIEW, "get"),
     "fleet:node_report": (VIEW, "get"),
     "fleet:acknowledge_xid": (ACKNOWLEDGE_XID, "post"),
+    "fleet:set_maintenance": (MAINTAIN, "post"),
+    "fleet:end_maintenance": (MAINTAIN, "post"),
     "jobs:diagnose": (DIAGNOSE, "post"),
     "jobs:fix": (APPLY_FIX, "get"),
     "jobs:status": (VIEW, "get"),
@@ -79,6 +81,7 @@ REQUIRED = {
     "api:rule": (VIEW, "get"),
     "api:silences": (VIEW, "get"),
     "api:silence": (VIEW, "get"),
+    "api:node_maintenance": (VIEW, "get"),
     "api:deliveries": (VIEW, "get"),
 }
 # Django's own views, with their own access rules (tested by Django), and the two open to
@@ -87,8 +90,8 @@ NOT_OURS = {"login", "logout", "healthz", "favicon"}
 ROLES = {
     None: set(),
     "viewer": {VIEW},
-    "operator": {VIEW, EDIT_CLAIMS, DIAGNOSE},
-    "admin": {VIEW, EDIT_CLAIMS, DIAGNOSE, APPLY_FIX, ACKNOWLEDGE_XID, MANAGE_ALERTS},
+    "operator": {VIEW, EDIT_CLAIMS, DIAGNOSE, MAINTAIN},
+    "admin": {VIEW, EDIT_CLAIMS, DIAGNOSE, MAINTAIN, APPLY_FIX, ACKNOWLEDGE_XID, MANAGE_ALERTS},
 }
 
 

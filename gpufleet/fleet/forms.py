@@ -1,0 +1,17 @@
+"""The node page's maintenance form: until when and why (gpufleet/fleet/maintenance.py)."""
+
+from __future__ import annotations
+
+from django import forms
+
+from gpufleet.fleet.models import Maintenance
+
+
+class MaintenanceForm(forms.Form):
+    until = forms.DateTimeField(
+        label="Until",
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        help_text="In the site's time zone.",
+    )
+    reason = forms.CharField(label="Reason", max_length=Maintenance.REASON_MAX)
