@@ -212,9 +212,7 @@ _.svg_width  # gpufleet/fleet/charts.py
 _.svg_x  # gpufleet/fleet/charts.py
 _.more_query  # gpufleet/fleet/summary.py
 
-# The questions other apps ask of a node's maintenance (the alert sender: nodes in
-# maintenance send nothing; docs/maintenance.md), used by tests until they do.
-nodes_in_maintenance  # gpufleet/fleet/maintenance.py
+# The questions other apps ask of a node's maintenance, used by tests until they do.
 is_in_maintenance  # gpufleet/fleet/maintenance.py
 
 # Used by tests only: the tests' way into what the site runs (the chart's segments,

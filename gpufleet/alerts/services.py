@@ -40,6 +40,7 @@ from gpufleet.alerts import channels
 from gpufleet.alerts.models import Channel, Delivery, DeliveryEvent, Notice, Rule, Silence, Status
 from gpufleet.audit.models import Action, record
 from gpufleet.events.models import Event, Severity
+from gpufleet.fleet.maintenance import nodes_in_maintenance
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +165,11 @@ def _due_resolved(rules: list[Rule], now: datetime) -> defaultdict[_Due, list[tu
 
 def muted(now: datetime) -> Callable[[str | None], bool]:
     """Whether the notices of a node (by name; None: the site) are muted now: a silence
-    covers it. The one place that says so, for planning and sending alike."""
+    covers it, or it is in maintenance. The one place that says so, for planning and
+    sending alike."""
     silences = list(Silence.objects.active(now))
-    return lambda name: any(silence.covers(name) for silence in silences)
+    in_maintenance = set(nodes_in_maintenance(now).values_list("name", flat=True))
+    return lambda name: name in in_maintenance or any(silence.covers(name) for silence in silences)
 
 
 def _make_deliveries(due: dict[_Due, list[tuple[int, str]]], now: datetime) -> None:

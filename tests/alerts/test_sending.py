@@ -15,7 +15,7 @@ from gpufleet.alerts import services
 from gpufleet.alerts.models import Channel, Delivery, Rule, Silence, Status
 from gpufleet.events import services as events
 from gpufleet.events.models import Event, Kind, Severity
-from gpufleet.fleet.models import Node
+from gpufleet.fleet.models import Maintenance, Node
 from tests.alerts.conftest import WEBHOOK_PASSWORD, WEBHOOK_TOKEN
 
 T0 = datetime(2026, 3, 2, 3, 0, tzinfo=UTC)
@@ -106,6 +106,25 @@ def test_a_silenced_node_sends_nothing_but_its_events_are_recorded_and_the_deliv
     assert inbox.messages == [] and webhook.posts == []
     assert Event.objects.filter(node=node, closed_at__isnull=False).count() == 1
     assert set(Delivery.objects.values_list("status", flat=True)) == {Status.SILENCED}
+
+
+def test_a_node_in_maintenance_sends_nothing_but_its_events_are_recorded(
+        alert_settings, rule, node, inbox, webhook, admin_user):
+    Maintenance.objects.create(node=node, until=T0 + timedelta(hours=2), reason="new PSU", author=admin_user,
+                               started_at=T0 - timedelta(minutes=1))
+    failing([node], T0)
+    tick(T0 + timedelta(minutes=10))
+    assert inbox.messages == [] and webhook.posts == []
+    assert Event.objects.filter(node=node, closed_at__isnull=True).count() == 1
+    assert set(Delivery.objects.values_list("status", flat=True)) == {Status.SILENCED}
+
+
+def test_a_node_whose_maintenance_ended_is_heard_again(alert_settings, rule, node, inbox, webhook, admin_user):
+    Maintenance.objects.create(node=node, until=T0 + timedelta(minutes=30), reason="new PSU", author=admin_user,
+                               started_at=T0 - timedelta(minutes=1))
+    failing([node], T0 + timedelta(minutes=40))
+    tick(T0 + timedelta(minutes=45))
+    assert len(inbox.messages) == 1 and len(webhook.posts) == 1
 
 
 def test_a_silence_ending_leaves_the_node_heard_again(alert_settings, rule, node, inbox, webhook):
