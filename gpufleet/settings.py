@@ -11,7 +11,7 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONE, SELF
 
-from gpufleet.core import agent_settings, broker_acl
+from gpufleet.core import agent_settings
 from gpufleet.env import (
     SettingError,
     env_bool,
@@ -321,7 +321,6 @@ PRIVATE_REDIS_SOCKET = _AGENT.PRIVATE_REDIS_SOCKET
 # as the centre's user, with the password kept here (made once by `up`; its aclfile holds the hash).
 PRIVATE_REDIS_PASSWORD_FILE = _AGENT.PRIVATE_REDIS_PASSWORD_FILE
 PRIVATE_REDIS_ACLFILE = DATA_DIR / "redis-users.acl"
-PRIVATE_REDIS_URL = broker_acl.private_url(PRIVATE_REDIS_SOCKET, PRIVATE_REDIS_PASSWORD_FILE)
 CELERY_BROKER_URL = _AGENT.CELERY_BROKER_URL
 CELERY_BROKER_CONNECTION_TIMEOUT = _AGENT.CELERY_BROKER_CONNECTION_TIMEOUT
 # Serialisation (JSON only), compression, time limits, acks, reconnecting: the options the

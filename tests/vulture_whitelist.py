@@ -223,7 +223,5 @@ segments  # gpufleet/fleet/charts.py
 # DEAD: unused anywhere, in files being changed elsewhere at the time; remove each with its code.
 SMI_FIELDS  # gpufleet/gpu/devices.py
 TO_CENTRE  # gpufleet/wire.py
-PRIVATE_REDIS_URL  # gpufleet/settings.py
 _.total_vram_mib  # gpufleet/gpu/devices.py
 _.worst_status  # gpufleet/gpu/diagnosis.py
-docker_error  # gpufleet/gpu/diagnosis.py

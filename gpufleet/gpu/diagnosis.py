@@ -169,7 +169,6 @@ class HostDiagnosis:
     cdi_devices: tuple[str, ...]
     attach: Attach
     findings: tuple[Finding, ...]
-    docker_error: str = ""
 
     @property
     def failed(self) -> bool:
@@ -270,7 +269,6 @@ def diagnose_host(
         cdi_devices=info.cdi_devices,
         attach=attach,
         findings=tuple(findings),
-        docker_error=docker_info.error,
     )
 
 

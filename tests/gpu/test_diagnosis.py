@@ -252,7 +252,6 @@ def test_it_says_when_docker_is_unreachable(error, url, message):
     f = by_code(d)
     assert f["runtime"].status == "warn"
     assert f["runtime"].message.startswith(message)
-    assert d.docker_error == error
     assert d.attach == "none"
     # The toolkit may well be installed (nvidia-ctk answered): what is wrong is that
     # dockerd does not answer, and that is what the runtime and attach findings say.
