@@ -257,14 +257,7 @@ class Device:
             values["attached_idle"] = tuple(Container(**c) for c in values["attached_idle"])
         if values.get("throttle_reasons") is not None:
             values["throttle_reasons"] = tuple(values["throttle_reasons"])
-        # A frozen dataclass's __init__ sets each field through object.__setattr__: 7 us
-        # for these 31, most of making one, and the site makes one for each GPU of each
-        # snapshot it stores. The values are the fields as they are, so they go where
-        # __init__ puts them; a field not given keeps its default, the class attribute
-        # that dataclass leaves (tests/gpu/test_devices.py holds the two ways equal).
-        device = object.__new__(cls)
-        device.__dict__.update(values)
-        return device
+        return cls(**values)
 
     @property
     def pci_address(self) -> tuple[int, int, int] | None:

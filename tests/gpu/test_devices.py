@@ -348,8 +348,8 @@ FULL = {
 
 
 def test_from_dict_makes_the_device_its_constructor_makes():
-    """from_dict fills the instance without the frozen dataclass's __init__: the same
-    Device (equal, same hash and repr, frozen), defaults where a key is missing."""
+    """from_dict makes the same Device (equal, same hash and repr, frozen), with the
+    defaults where a key is missing."""
     made = Device(
         index=1, uuid="GPU-1", name="NVIDIA H200", vram_total_mib=143771, vram_used_mib=512, utilization_percent=7,
         pci_bus_id="00000000:9B:00.0", temperature_c=40, power_draw_w=80.5, throttle_reasons=("sw_power_cap",),
