@@ -34,9 +34,8 @@ def test_it_works_on_foreign_keys_in_updates_and_deletes():
     assert list(Device.objects.values_list("uuid", "name")) == [("GPU-a", "H100")]
 
 
+@pytest.mark.postgresql
 def test_on_postgresql_the_values_are_one_parameter():
-    if connection.vendor != "postgresql":
-        pytest.skip("elsewhere it is __in")
     with CaptureQueriesContext(connection) as ctx:
         list(Node.objects.filter(name__any=[f"n{i}" for i in range(200)]))
     (query,) = ctx.captured_queries

@@ -255,15 +255,12 @@ def test_the_csv_read_from_rows_says_what_the_node_s_report_says(viewer_client):
 
 
 @pytest.mark.django_db
+@pytest.mark.postgresql
 def test_the_bench_s_copy_floor_exports_the_same_rows_as_the_fleet_csv(viewer_client):
     """The fleet CSV's floor in `manage.py bench` is only a fair peer if it writes what the CSV writes."""
     from django.db import connection
 
     from gpufleet.tools.floors import report_csv_copy
-    from tests.conftest import missing_service
-
-    if connection.vendor != "postgresql":
-        missing_service("COPY ... TO STDOUT needs PostgreSQL (set DATABASE_URL=postgres://...)")
     _mig_node()
     ingest("beta", 1)
     ours = list(csv.reader(io.StringIO(_body(viewer_client.get("/report.csv")))))
