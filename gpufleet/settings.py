@@ -83,6 +83,9 @@ INSTALLED_APPS = [
     "gpufleet.alerts",
     "gpufleet.ingest",
     "gpufleet.api",
+    # Installed only so that manage.py finds `bench` and `simulate`: the site loads the
+    # empty package, never the tools themselves.
+    "gpufleet.tools",
 ]
 
 MIDDLEWARE = [

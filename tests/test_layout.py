@@ -13,9 +13,9 @@ code points downwards (or within its own package). Lower layers first:
     alerts                   above them all: reads events (and nodes), sends on the
                              central beat; nothing below imports it, nor does ingest
     ingest, api              the top: may use every app
-    tools                    the bench, the simulated fleet and their helpers: may use
-                             everything, and nothing imports them but manage.py's
-                             `bench` and `simulate` (TOOL_COMMANDS)
+    tools                    the bench, the simulated fleet and their helpers, with their
+                             commands `bench` and `simulate`: may use everything, and
+                             nothing imports them
 
 The project modules (settings, urls, wsgi, asgi) sit above everything."""
 
@@ -52,8 +52,6 @@ LAYERS = {
 }
 
 
-# The thin commands over gpufleet/tools: the only modules outside it that may import it.
-TOOL_COMMANDS = {"ingest/management/commands/bench.py", "ingest/management/commands/simulate.py"}
 
 
 def _package(module: str) -> str | None:
@@ -108,16 +106,15 @@ def test_imports_run_downwards(package, path):
         f"{path.relative_to(ROOT.parent)}:{line} imports {module}"
         for line, module in _imports(path)
         if (target := _package(module)) is not None and not _allowed(package, target)
-        and not (target == "tools" and str(path.relative_to(ROOT)) in TOOL_COMMANDS)
     ]
     assert wrong == []
 
 
-def test_nothing_but_the_tool_commands_imports_the_tools():
+def test_nothing_outside_the_tools_imports_them():
     wrong = [
         f"{path.relative_to(ROOT.parent)}:{line} imports {module}"
         for package, path in _modules()
-        if package != "tools" and str(path.relative_to(ROOT)) not in TOOL_COMMANDS
+        if package != "tools"
         for line, module in _imports(path)
         if _package(module) == "tools"
     ]
