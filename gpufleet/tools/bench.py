@@ -733,6 +733,3 @@ def _bench_broker(url: str):
         return bench, redis.Redis(unix_socket_path=parts.path, db=db, username=unquote(parts.username or "") or None,
                                   password=unquote(parts.password or "") or None, socket_connect_timeout=1, socket_timeout=2)
     return None
-
-
-
