@@ -52,7 +52,7 @@ from gpufleet.ingest.services import ingest_snapshot, ingest_snapshots
 from gpufleet.tools import footprint, simulation
 from gpufleet.tools.backfill import add_history
 from gpufleet.tools.floors import CopyFloor, report_csv_copy
-from gpufleet.tools.workers import WorkerDidNotStart, database_url, running_worker
+from gpufleet.tools.workers import START_TIMEOUT_S, WorkerDidNotStart, database_url, running_worker
 
 PREFIX = "bench-"
 BATCH = 100  # snapshots per ingest_snapshots call and per floor transaction
@@ -68,7 +68,6 @@ BENCH_STREAM = "gpufleet-bench:ingest"
 # The consumers sharing the group in the second real-path figure (one a core of the
 # 2-core host the figures were first taken on).
 SERVICE_CONSUMERS = 2
-WORKER_START_S = 60
 # Collections the agent's figures are taken over, after its first one (imports, a first
 # look at the host) is done.
 AGENT_CYCLES = 5
@@ -656,7 +655,7 @@ def _run_agent(server: str, folder: Path) -> tuple[int, float]:
     agent = None
     try:
         client = broker.connect(f"redis+socket://{sock}", timeout=5)
-        deadline = time.monotonic() + WORKER_START_S
+        deadline = time.monotonic() + START_TIMEOUT_S
         while not sock.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         broker_users.prepare(client, stream)  # the append function, as a consumer's start loads it
@@ -675,7 +674,7 @@ def _run_agent(server: str, folder: Path) -> tuple[int, float]:
         while collections() < 1:
             time.sleep(0.05)
         first, cpu, peak = collections(), footprint.cpu_seconds(agent.pid), 0
-        deadline = time.monotonic() + WORKER_START_S
+        deadline = time.monotonic() + START_TIMEOUT_S
         while (done := collections()) < first + AGENT_CYCLES:
             peak = max(peak, footprint.rss_bytes(agent.pid))
             time.sleep(0.02)

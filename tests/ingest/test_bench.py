@@ -52,7 +52,8 @@ def figures(tmp_path_factory):
     env = {**os.environ, "GPUFLEET_DATA_DIR": str(data), "PROMETHEUS_MULTIPROC_DIR": str(data / "metrics")}
     env.pop("DJANGO_SETTINGS_MODULE", None)  # the project's settings, as `manage.py` is run
     proc = subprocess.run(
-        [sys.executable, "manage.py", "bench", "--json", "--nodes", "20", "--ingest", "10", "--repeat", "1"],
+        [sys.executable, "manage.py", "bench", "--json", "--nodes", "20", "--ingest", "10", "--repeat", "1",
+         "--host-commands", "tests/fakes/bin"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=150,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -73,6 +74,18 @@ def test_it_reports_every_figure_with_its_context(figures):
 
 
 @pytest.mark.integration
+def test_with_the_fake_host_s_commands_the_agent_figures_are_measured(figures):
+    result, _ = figures
+    assert not {key for key in result["skipped"] if key.startswith(("agent", "bare", "ratio_agent"))}
+    assert 0 < result["agent_rss_mib"] and 0 < result["bare_commands_cpu_per_cycle_s"]
+
+
+def test_a_host_commands_folder_that_is_not_there_is_refused():
+    proc = subprocess.run([sys.executable, "manage.py", "bench", "--host-commands", "no/such/folder"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "--host-commands no/such/folder: no such folder" in proc.stderr
+
+
 def test_each_figure_is_measured_or_says_why_not(figures):
     result, stderr = figures
     for key in MEASURED:

@@ -3,7 +3,10 @@ test database (gpufleet/tools/bench.py says what it measures and how)."""
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
+import os
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
 
 from gpufleet import wire
 from gpufleet.tools.bench import Bench
@@ -19,6 +22,13 @@ class Command(BaseCommand):
                             metavar=f"1..{wire.GPUS_PER_NODE_MAX}", help="GPUs per node (at most what a node may report)")
         parser.add_argument("--repeat", type=int, default=5, help="requests per page figure (median)")
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+        parser.add_argument("--host-commands", metavar="DIR",
+                            help="a folder put first on PATH for the agent's figures: the host commands it runs "
+                                 "(the test suite's fake host, tests/fakes/bin, on a machine without a GPU)")
 
     def handle(self, *args, nodes, ingest, gpus, repeat, **options):
+        if folder := options["host_commands"]:
+            if not Path(folder).is_dir():
+                raise CommandError(f"--host-commands {folder}: no such folder")
+            os.environ["PATH"] = f"{Path(folder).resolve()}{os.pathsep}{os.environ.get('PATH', '')}"
         Bench(self.stdout, self.stderr).run(nodes=nodes, ingest=ingest, gpus=gpus, repeat=repeat, as_json=options["json"])
