@@ -77,7 +77,7 @@ def test_it_reports_every_figure_with_its_context(figures):
 def test_with_the_fake_host_s_commands_the_agent_figures_are_measured(figures):
     result, _ = figures
     assert not {key for key in result["skipped"] if key.startswith(("agent", "bare", "ratio_agent"))}
-    assert 0 < result["agent_rss_mib"] and 0 < result["bare_commands_cpu_per_cycle_s"]
+    assert result["agent_rss_mib"] > 0 and result["bare_commands_cpu_per_cycle_s"] > 0
 
 
 def test_a_host_commands_folder_that_is_not_there_is_refused():
