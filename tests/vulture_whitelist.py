@@ -216,12 +216,9 @@ _.more_query  # gpufleet/fleet/summary.py
 is_in_maintenance  # gpufleet/fleet/maintenance.py
 
 # Used by tests only: the tests' way into what the site runs (the chart's segments,
-# the consumer's handling of entries).
+# the consumer's handling of entries, a diagnosis's worst finding), and the direction
+# an agent's signature would carry, which a test forges to show the agent refuses it.
 in_process  # gpufleet/ingest/stream.py
 segments  # gpufleet/fleet/charts.py
-
-# DEAD: unused anywhere, in files being changed elsewhere at the time; remove each with its code.
-SMI_FIELDS  # gpufleet/gpu/devices.py
-TO_CENTRE  # gpufleet/wire.py
-_.total_vram_mib  # gpufleet/gpu/devices.py
 _.worst_status  # gpufleet/gpu/diagnosis.py
+TO_CENTRE  # gpufleet/wire.py

@@ -69,8 +69,6 @@ ALL_FIELDS = REFERENCE_FIELDS + HEALTH_FIELDS
 # Drivers before R535 know the clock-event reasons by their old name only.
 _OLD_NAMES = {"clocks_event_reasons.": "clocks_throttle_reasons."}
 THROTTLE_REASONS = tuple(f.key for f in HEALTH_FIELDS if f.query.startswith("clocks_event_reasons."))
-# Kept from the first reference query: tests and tools compare against it.
-SMI_FIELDS = len(REFERENCE_FIELDS)
 SMI_LIST_ARGV = ["nvidia-smi", "-L"]
 
 
@@ -414,11 +412,6 @@ class Info:
     @property
     def count(self) -> int:
         return len(self.devices)
-
-    @property
-    def total_vram_mib(self) -> int:
-        """VRAM summed over devices; a device that reports no memory counts as 0."""
-        return sum(d.vram_total_mib or 0 for d in self.devices)
 
     @property
     def usable(self) -> bool:

@@ -203,12 +203,6 @@ def _info(**overrides) -> Info:
     return Info(**{**fields, **overrides})
 
 
-def test_it_counts_unknown_memory_as_zero_in_totals():
-    info = _info()
-    assert info.count == 2
-    assert info.total_vram_mib == 1000
-
-
 @pytest.mark.parametrize(
     "present, runtime, cdi, usable, hint",
     [
@@ -240,7 +234,6 @@ def test_it_detects_gpus_and_the_runtime():
     assert info.no_gpu_reason == ""
     assert info.driver_version == "570.195.03"
     assert info.count == 8
-    assert info.total_vram_mib == 8 * 143771
     assert info.runtime_installed
     # The recording knows only the reference fields: the last query asks for those alone.
     assert runner.calls[0] == (SMI, 10.0) and runner.calls[-1] == (tuple(REFERENCE_QUERY_ARGV), 10.0)
