@@ -40,9 +40,9 @@ def agent_key() -> wire.NodeKey | None:
 
 def send_to_centre(kind: str, payload: list) -> None:
     """Append `payload` (wire.encode_entry: a snapshot or job progress) to the central
-    ingest stream, signed as this node. The stream is trimmed to about
-    GPUFLEET_INGEST_STREAM_MAXLEN entries as this appends: only a backlog that long is
-    ever cut, and the centre counts what was (XADD says nothing about it here)."""
+    ingest stream, signed as this node, through the stream's append function
+    (gpufleet/core/broker.py), which trims the stream to the centre's bound: only a
+    backlog that long is ever cut, and the centre counts what was."""
     key = agent_key()
     if key is None:
         return  # the centre would refuse it; agent_key said why

@@ -179,7 +179,7 @@ def agent_worker_options(s: Any) -> dict[str, Any]:
         "loglevel": "INFO",
         "schedule_filename": str(s.DATA_DIR / f"beat-agent-{node}"),
         # Workers never talk to each other and nothing listens for worker events; and its
-        # broker user may send nothing but its own queue's commands and XADD (broker_acl).
+        # broker user may send nothing but its own queue's commands and the append (broker_acl).
         "without_mingle": True,
         "without_gossip": True,
         "without_heartbeat": True,
