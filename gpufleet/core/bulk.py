@@ -70,9 +70,8 @@ def upsert(model: type[models.Model], fields: Sequence[str], rows: Sequence[tupl
     with connection.cursor() as cursor:
         _stage(cursor, table, staging, columns, rows, from_tuples=True)
         if connection.timezone_name == "UTC":
-            # psycopg's own loader, in C, reads the returned timestamps: Django's, in
-            # Python, only sets the time zone the session's UTC gives already, at three
-            # times the cost (16 timestamps an 8-GPU snapshot).
+            # psycopg's C loader reads the returned timestamps; Django's, in Python, only
+            # adds the UTC the session gives already (kept: docs/performance.md).
             cursor.cursor.adapters.register_loader("timestamptz", _c_timestamptz_loader())
         cursor.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {staging} ORDER BY {keys}"
                        f" ON CONFLICT ({keys}) DO UPDATE SET {updates}"
@@ -202,10 +201,9 @@ def _json_text(value) -> str:
 
 
 def _timestamp_writer():
-    """A datetime's text for one COPY, made once for each distinct value. psycopg makes
-    it anew for every value it copies (isoformat, at 1.5 us here), and a batch's
-    timestamps repeat: its own `now` on every row, each snapshot's time on each of its
-    GPUs' rows (40 timestamps an 8-GPU snapshot, a tenth of storing it)."""
+    """A datetime's text for one COPY, made once for each distinct value: a batch's
+    timestamps repeat (its `now` on every row, each snapshot's time on its GPUs' rows),
+    and psycopg would format each again (kept: docs/performance.md)."""
     texts: dict = {}
 
     def text(value):

@@ -122,9 +122,9 @@ class DeviceIn(BaseModel):
     attached_idle: Annotated[list[ContainerIn], Field(max_length=CONTAINERS_PER_GPU_MAX)] = []
 
     def as_dict(self) -> dict:
-        """model_dump()'s dict (gpu.Device.to_dict's keys) at a third of its cost: the plain
-        fields as validated, only the nested models dumped. The site makes one for each
-        GPU of each snapshot it stores."""
+        """model_dump()'s dict (gpu.Device.to_dict's keys) with only the nested models
+        dumped, the plain fields as validated: the site makes one for each GPU of each
+        snapshot it stores (kept: docs/performance.md)."""
         values = dict(self.__dict__)
         for name in gpu.NESTED_DEVICE_FIELDS:
             if values[name]:

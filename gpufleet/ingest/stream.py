@@ -270,7 +270,9 @@ def tune_garbage_collector() -> None:
     """A batch holds a few hundred thousand live objects (each snapshot's dicts and
     models, its rows), through which Python's default thresholds run the collector
     again and again. What the process holds from its start (modules, Django) is frozen
-    out of collections, and the young generation collected less often."""
+    out of collections, and the young generation collected less often. Kept because
+    one consumer falls short of its target beside the COPY floor without it
+    (docs/performance.md)."""
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
