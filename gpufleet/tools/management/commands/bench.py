@@ -30,5 +30,5 @@ class Command(BaseCommand):
         if folder := options["host_commands"]:
             if not Path(folder).is_dir():
                 raise CommandError(f"--host-commands {folder}: no such folder")
-            os.environ["PATH"] = f"{Path(folder).resolve()}{os.pathsep}{os.environ.get('PATH', '')}"
+            os.environ["PATH"] = os.pathsep.join([str(Path(folder).resolve()), *os.get_exec_path()])
         Bench(self.stdout, self.stderr).run(nodes=nodes, ingest=ingest, gpus=gpus, repeat=repeat, as_json=options["json"])
