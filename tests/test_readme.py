@@ -30,8 +30,6 @@ NOT_RUN = {
     "DATABASE_URL=postgres://postgres@127.0.0.1:5432/test CELERY_BROKER_URL=redis://127.0.0.1:6379/0 "
     ".venv/bin/python manage.py bench --nodes ": "minutes on a PostgreSQL of thousands of nodes; "
     "tests/ingest/test_bench.py runs the same command at 20 nodes",
-    "DATABASE_URL=postgres://postgres@127.0.0.1:5432/h_h2 CELERY_BROKER_URL=redis://127.0.0.1:6379/2 "
-    ".venv/bin/python manage.py bench --nodes ": "the same, on another database of the same server",
     "git pull && .venv/bin/pip install -r requirements.txt": "upgrades a deployed site in place, as root; "
     "tests/core/test_deploy_units.py checks the units it restarts",
 }
