@@ -13,7 +13,6 @@ from django.core.management import call_command
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = {app: ["0001_initial"] for app in ("alerts", "api", "audit", "claims", "events", "fleet", "jobs")}
-SHIPPED["fleet"].append("0002_maintenance")
 
 
 def _migrations() -> dict[str, list[Path]]:

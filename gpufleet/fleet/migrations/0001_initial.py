@@ -328,5 +328,16 @@ class Migration(migrations.Migration):
             model_name='xidacknowledgement',
             constraint=models.UniqueConstraint(fields=('node', 'device_uuid'), name='one_xid_ack_per_gpu'),
         ),
+        migrations.CreateModel(
+            name='Maintenance',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('until', models.DateTimeField()),
+                ('reason', models.CharField(max_length=500)),
+                ('started_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('author', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ('node', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='maintenance', to='fleet.node')),
+            ],
+        ),
         migrations.RunPython(half_empty_pages, migrations.RunPython.noop),
     ]
