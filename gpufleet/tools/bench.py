@@ -42,6 +42,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext, override_settings, setup_test_environment
+from kombu.utils.url import maybe_sanitize_url
 
 from gpufleet import wire
 from gpufleet.agent.host import diagnose_this_host
@@ -257,17 +258,17 @@ class Bench:
         with the reason (under `key`) where it was skipped."""
         bench = _bench_broker(settings.CELERY_BROKER_URL)
         if bench is None:
-            return self._skip(key, f"the broker {_safe_url(settings.CELERY_BROKER_URL)} is not Redis")
+            return self._skip(key, f"the broker {maybe_sanitize_url(settings.CELERY_BROKER_URL)} is not Redis")
         url, client = bench
         stream_key = broker.ingest_key(BENCH_STREAM)
         try:
             waiting = client.xlen(stream_key)
         except Exception as exc:  # any failure to reach Redis skips the figure, saying why
             client.close()
-            return self._skip(key, f"no Redis reachable at {_safe_url(url)} ({exc})")
+            return self._skip(key, f"no Redis reachable at {maybe_sanitize_url(url)} ({exc})")
         if waiting:
             client.close()
-            return self._skip(key, f"the stream {BENCH_STREAM!r} in {_safe_url(url)} already holds {waiting} "
+            return self._skip(key, f"the stream {BENCH_STREAM!r} in {maybe_sanitize_url(url)} already holds {waiting} "
                                    "entries that are not this run's; not consuming them")
         broker_users.prepare(client, BENCH_STREAM)  # as the consumers do when they start
         snapshots = rounds[0]
@@ -283,7 +284,7 @@ class Bench:
         if not os.environ.get("GPUFLEET_SIGNING_KEY"):
             env["SECRET_KEY"] = settings.SECRET_KEY  # the consumers check signatures with the same key
         self._say(f"starting {consumers} ingest consumer(s), then appending {len(entries)} snapshots to "
-                  f"{_safe_url(url)} for them to store ...")
+                  f"{maybe_sanitize_url(url)} for them to store ...")
         try:
             stored = Node.objects.filter(name__in=names, collected_at__gte=last)
             with contextlib.ExitStack() as stack:
@@ -703,12 +704,6 @@ def _timed_get(client: Client, url: str, headers: dict) -> tuple[float, int, int
 
 
 # --- The real path: Redis and a worker process -----------------------------------
-
-
-def _safe_url(url: str) -> str:
-    """`url` without its password, for messages."""
-    parts = urlsplit(url)
-    return url.replace(f":{parts.password}@", ":***@", 1) if parts.password else url
 
 
 def _bench_broker(url: str):
