@@ -9,7 +9,7 @@ import pytest
 
 from tests.factories import ingest
 
-pytest_plugins = ["tests.fakes.fixtures"]
+pytest_plugins = ["tests.fakes.fixtures", "tests.receivers"]
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

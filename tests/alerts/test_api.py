@@ -19,8 +19,8 @@ from gpufleet.audit.models import AuditEntry
 from gpufleet.events import services as events
 from gpufleet.events.models import Kind, Severity
 from gpufleet.fleet.models import Node
-from tests.alerts.conftest import WEBHOOK_PASSWORD, WEBHOOK_TOKEN
 from tests.api.test_openapi import _conforms
+from tests.receivers import WEBHOOK_PASSWORD, WEBHOOK_TOKEN
 
 pytestmark = pytest.mark.django_db
 JSON = "application/json"

@@ -15,8 +15,8 @@ from gpufleet.audit.models import AuditEntry
 from gpufleet.events import services as events
 from gpufleet.events.models import Kind, Severity
 from gpufleet.fleet.models import Node
-from tests.alerts.conftest import WEBHOOK_PASSWORD, WEBHOOK_TOKEN
 from tests.factories import hx
+from tests.receivers import WEBHOOK_PASSWORD, WEBHOOK_TOKEN
 
 pytestmark = pytest.mark.django_db
 

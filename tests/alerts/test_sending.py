@@ -16,7 +16,7 @@ from gpufleet.alerts.models import Channel, Delivery, Rule, Silence, Status
 from gpufleet.events import services as events
 from gpufleet.events.models import Event, Kind, Severity
 from gpufleet.fleet.models import Maintenance, Node
-from tests.alerts.conftest import WEBHOOK_PASSWORD, WEBHOOK_TOKEN
+from tests.receivers import WEBHOOK_PASSWORD, WEBHOOK_TOKEN
 
 T0 = datetime(2026, 3, 2, 3, 0, tzinfo=UTC)
 XID = "gpu3.xid"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import missing_service
+from tests.integration import conftest as integration
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls the tests
 # make around it are still plain synchronous calls.
@@ -22,6 +23,10 @@ CHROMIUM = os.environ.get("GPUFLEET_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 ARTIFACTS = Path(os.environ.get("GPUFLEET_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts"))
+
+# The integration tests' real Redis (an ingest stream of the test's own), for journeys
+# through it; `broker_here` below stands in for it inside the process.
+broker = integration.broker
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,94 @@
+"""Real receivers on loopback, each on its own port: an SMTP server (aiosmtpd) that
+apprise's mailto:// reaches, and an HTTP server that takes apprise's json:// webhook.
+A plugin of tests/conftest.py: the alert tests and the browser journeys share them."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from email import message_from_bytes
+from email.policy import default as email_policy
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from aiosmtpd.controller import Controller
+
+# A password and a token that must never be shown, logged or audited.
+WEBHOOK_PASSWORD = "s3cret-Passw0rd"
+WEBHOOK_TOKEN = "tok-5f2a9c81d7"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Inbox:
+    """What the SMTP server received: each message parsed."""
+
+    def __init__(self):
+        self.messages = []
+
+    async def handle_DATA(self, server, session, envelope):
+        self.messages.append(message_from_bytes(envelope.content, policy=email_policy))
+        return "250 OK"
+
+    def subjects(self) -> list[str]:
+        return [str(m["Subject"]) for m in self.messages]
+
+    def text(self, index: int) -> str:
+        return self.messages[index].get_body(("plain",)).get_content()
+
+
+@pytest.fixture
+def inbox():
+    box = Inbox()
+    port = free_port()
+    controller = Controller(box, hostname="127.0.0.1", port=port)
+    controller.start()
+    box.url = f"mailto://127.0.0.1:{port}?from=gpufleet@example.com&to=ops@example.com&mode=insecure"
+    yield box
+    controller.stop()
+
+
+class Webhook:
+    """What the HTTP server received: each JSON body and its Authorization header. It
+    answers `status` (200 by default) after `delay` seconds."""
+
+    def __init__(self):
+        self.posts: list[dict] = []
+        self.status = 200
+        self.delay = 0.0
+        self.lock = threading.Lock()
+
+    def titles(self) -> list[str]:
+        return [post["title"] for post in self.posts]
+
+
+@pytest.fixture
+def webhook():
+    hook = Webhook()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            time.sleep(hook.delay)
+            with hook.lock:
+                hook.posts.append({**body, "path": self.path, "authorization": self.headers.get("Authorization")})
+            self.send_response(hook.status)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    hook.url = f"json://ops:{WEBHOOK_PASSWORD}@127.0.0.1:{port}/hooks/{WEBHOOK_TOKEN}"
+    yield hook
+    server.shutdown()
+    server.server_close()
