@@ -277,6 +277,11 @@ GPUFLEET_EVENT_OPEN_AFTER_S = env_float("GPUFLEET_EVENT_OPEN_AFTER_S", 0.0, mini
 GPUFLEET_EVENT_CLOSE_AFTER_S = env_float("GPUFLEET_EVENT_CLOSE_AFTER_S", float(GPUFLEET_COLLECT_INTERVAL), minimum=0.0)
 GPUFLEET_EVENT_RETENTION_DAYS = env_float("GPUFLEET_EVENT_RETENTION_DAYS", 365.0, minimum=1.0)
 GPUFLEET_EVENTS_AT_INGEST = env_bool("GPUFLEET_EVENTS_AT_INGEST", True)
+# The site hears nothing once no snapshot was stored this long while nodes are enrolled:
+# an ingest-silent event, and /healthz answers 503 (gpufleet/fleet/ingest_health.py). At
+# least two collect intervals, so that a one-node site's pause between snapshots is not one.
+GPUFLEET_INGEST_SILENCE_ALERT_S = env_float("GPUFLEET_INGEST_SILENCE_ALERT_S",
+                                            max(300.0, 2 * GPUFLEET_COLLECT_INTERVAL), minimum=1.0)
 # Alerts (gpufleet/alerts, docs/alerts.md): the central beat plans and sends them every
 # TICK_S; events due within GROUP_S of each other go as one notification per rule and
 # channel; a failed send is tried again RETRY_S later (doubling, three tries in all); a

@@ -1,17 +1,18 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
-from django.http import HttpResponse, HttpResponsePermanentRedirect
+from django.http import HttpResponsePermanentRedirect
 from django.templatetags.static import static
 from django.urls import include, path
 
 from gpufleet.api.metrics import metrics_view
+from gpufleet.fleet import views as fleet_views
 
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("healthz", login_not_required(lambda request: HttpResponse("ok", content_type="text/plain")), name="healthz"),
+    path("healthz", fleet_views.healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
     # Browsers and tools ask for /favicon.ico whatever the page links.
     path("favicon.ico", login_not_required(lambda request: HttpResponsePermanentRedirect(static("gpufleet/favicon.ico"))),

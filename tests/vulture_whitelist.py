@@ -155,7 +155,6 @@ USER_DELETE  # gpufleet/audit/models.py
 USER_UPDATE  # gpufleet/audit/models.py
 XID_ACKNOWLEDGE  # gpufleet/audit/models.py
 min_free_vram_gib  # gpufleet/claims/forms.py
-INGEST_SILENT  # gpufleet/events/models.py
 worsened_at  # gpufleet/events/models.py
 _.worsened_at  # gpufleet/events/services.py
 whole_node  # gpufleet/claims/forms.py

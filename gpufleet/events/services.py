@@ -250,6 +250,15 @@ def record_offline(offline: Iterable[tuple[int, datetime]], now: datetime | None
     observe([Kind.OFFLINE], None, seen, now)
 
 
+def record_ingest_silent(reason: str | None, now: datetime | None = None) -> None:
+    """The site receiving no snapshots while nodes are enrolled (`reason` says so, with
+    when the last one came; None: it hears its nodes): an event of the site, open while
+    that lasts (gpufleet/fleet/ingest_health.py decides)."""
+    now = now or timezone.now()
+    seen = [] if reason is None else [Condition(None, Kind.INGEST_SILENT, "", Severity.FAIL, message=reason)]
+    observe([Kind.INGEST_SILENT], None, seen, now)
+
+
 def record_expired_claims(expired: Iterable[tuple[int, str, datetime]], now: datetime | None = None) -> None:
     """Every claim expired now and still held, as (node pk, name, expires_at): each an
     open event until the claim is released or given a later end."""

@@ -9,7 +9,7 @@ from celery import shared_task
 from django.db.models import F
 
 from gpufleet.events import services as events
-from gpufleet.fleet import history
+from gpufleet.fleet import history, ingest_health
 from gpufleet.fleet.models import KEY_REFUSALS, NO_VALID_KEY, Node
 
 log = logging.getLogger(__name__)
@@ -18,7 +18,8 @@ log = logging.getLogger(__name__)
 @shared_task(name="gpufleet.fleet.tasks.mark_offline", ignore_result=True)
 def mark_offline() -> int:
     """Nodes that missed GPUFLEET_OFFLINE_AFTER_INTERVALS collections go offline; those
-    whose messages since were refused for an old key say so (Node.lacks_valid_key)."""
+    whose messages since were refused for an old key say so (Node.lacks_valid_key). The
+    site itself hearing nothing at all is an event of its own (ingest_health)."""
     stale = Node.objects.stale()
     count = stale.filter(refused_last_at__gt=F("last_seen"), refused_last_reason__in=KEY_REFUSALS).update(
         offline=True, problem=f"{NO_VALID_KEY}: what came in its name since its last report was refused "
@@ -27,6 +28,8 @@ def mark_offline() -> int:
     if count:
         log.info("marked %d node(s) offline", count)
     events.record_offline(Node.objects.filter(offline=True).values_list("pk", "last_seen"))
+    silence = ingest_health.ingest_silence()
+    events.record_ingest_silent(silence.reason if silence else None)
     return count
 
 

@@ -1,4 +1,4 @@
-"""The fleet's pages: the overview, the node page and the doctor exports. Views
+"""The fleet's pages: the overview, the node page, the doctor exports and /healthz. Views
 stay thin: the querying lives in filters.py (overview filter), summary.py (tiles,
 fleet findings), nodes.py (node page), reports.py (exports); who may do what is
 asked of gpufleet.core.access only. The node page's claims panel and jobs are
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth.decorators import login_not_required
 from django.db.models import F
 from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect
@@ -20,7 +21,7 @@ from gpufleet.core.access import ACKNOWLEDGE_XID, MAINTAIN, VIEW, requires
 from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.core.querystring import clean_query
 from gpufleet.events import services as events
-from gpufleet.fleet import charts, maintenance, reports
+from gpufleet.fleet import charts, ingest_health, maintenance, reports
 from gpufleet.fleet import nodes as node_page
 from gpufleet.fleet.filters import NodeFilter, paginate
 from gpufleet.fleet.forms import MaintenanceForm
@@ -182,5 +183,14 @@ def _bad_filter(node_filter: NodeFilter) -> HttpResponse:
     return HttpResponseBadRequest("\n".join(lines) + "\n", content_type="text/plain; charset=utf-8")
 
 
+# --- Health check ------------------------------------------------------------------
 
 
+@login_not_required
+def healthz(request):
+    """For the site's monitor, no login: "ok", or 503 with the reason while the site
+    receives no snapshots from its enrolled nodes (ingest_health, the beat's rule too)."""
+    silence = ingest_health.ingest_silence()
+    if silence is not None:
+        return HttpResponse(silence.reason, status=503, content_type="text/plain; charset=utf-8")
+    return HttpResponse("ok", content_type="text/plain")
