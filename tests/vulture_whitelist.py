@@ -115,6 +115,7 @@ extra_context  # gpufleet/core/admin_site.py
 site_header  # gpufleet/core/admin_site.py
 site_title  # gpufleet/core/admin_site.py
 _.as_postgresql  # gpufleet/core/lookups.py
+_._muted  # gpufleet/events/filters.py
 _._since  # gpufleet/events/filters.py
 _._state  # gpufleet/events/filters.py
 _._until  # gpufleet/events/filters.py
@@ -205,6 +206,7 @@ _.before_text  # gpufleet/claims/views.py
 _.duration  # gpufleet/events/models.py
 _.kind_labels  # gpufleet/alerts/models.py
 _.is_open  # gpufleet/events/models.py
+_.muted_as  # gpufleet/events/models.py
 _.lacks_valid_key  # gpufleet/fleet/models.py
 _.remote_fix  # gpufleet/fleet/nodes.py
 _.svg_width  # gpufleet/fleet/charts.py

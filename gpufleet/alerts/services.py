@@ -39,7 +39,7 @@ from django.utils import timezone
 from gpufleet.alerts import channels
 from gpufleet.alerts.models import Channel, Delivery, DeliveryEvent, Notice, Rule, Silence, Status
 from gpufleet.audit.models import Action, record
-from gpufleet.events.models import Event, Severity
+from gpufleet.events.models import Event, Muted, Severity
 from gpufleet.fleet.maintenance import nodes_in_maintenance
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,8 @@ LISTED = 50
 # How long one run sends before it leaves the rest to the next tick: the housekeeping worker
 # runs one task at a time (a solo pool), and offline marking waits behind this one.
 SEND_BUDGET_S = 20.0
+# A one-off event is marked muted by the ticks within this many tick intervals of it.
+_ONE_OFF_TICKS = 3
 # The PostgreSQL advisory lock that lets one planner run at a time.
 _PLAN_LOCK = 0x6770_616C  # "gpal"
 
@@ -65,8 +67,9 @@ class Run:
 
 
 def run_once(now: datetime | None = None) -> Run:
-    """What the beat does every few seconds, and `manage.py alerts --once`: plan what is
-    due now, then send every delivery due."""
+    """What the beat does every few seconds, and `manage.py alerts --once`: mark the
+    events of muted nodes, plan what is due now, then send every delivery due."""
+    mark_muted(now)
     run = Run(planned=plan(now))
     run.sent, run.failed = send_due()
     return run
@@ -118,7 +121,7 @@ def _due_opened(rules: list[Rule], now: datetime) -> defaultdict[_Due, list[tupl
     targets = [(rule, [channel.pk for channel in rule.channels.all()], timedelta(minutes=rule.wait_minutes))
                for rule in rules]
     for pk, kind, severity, opened_at, closed_at, name, gpu_models in events:
-        silenced = quiet(name)
+        silenced = bool(quiet(name))
         once = closed_at is not None
         for rule, channel_ids, wait in targets:
             if not rule.matches(kind, severity, name, gpu_models or ""):
@@ -159,17 +162,49 @@ def _due_resolved(rules: list[Rule], now: datetime) -> defaultdict[_Due, list[tu
         rule = wanted[rule_id]
         if channel_id not in {channel.pk for channel in rule.channels.all()}:
             continue
-        due[_Due(rule, channel_id, Notice.RESOLVED, quiet(name))].append((event_id, Notice.RESOLVED))
+        due[_Due(rule, channel_id, Notice.RESOLVED, bool(quiet(name)))].append((event_id, Notice.RESOLVED))
     return due
 
 
-def muted(now: datetime) -> Callable[[str | None], bool]:
-    """Whether the notices of a node (by name; None: the site) are muted now: a silence
-    covers it, or it is in maintenance. The one place that says so, for planning and
-    sending alike."""
+def muted(now: datetime) -> Callable[[str | None], Muted]:
+    """Whether, and why, the notices of a node (by name; None: the site) are muted now:
+    Muted.MAINTENANCE while it is in maintenance, else Muted.SILENCED while a silence
+    covers it, else Muted.NO (empty, so false). The one place that says so, for
+    planning, sending and marking events alike. Two statements."""
     silences = list(Silence.objects.active(now))
     in_maintenance = set(nodes_in_maintenance(now).values_list("name", flat=True))
-    return lambda name: name in in_maintenance or any(silence.covers(name) for silence in silences)
+
+    def why(name: str | None) -> Muted:
+        if name in in_maintenance:
+            return Muted.MAINTENANCE
+        if any(silence.covers(name) for silence in silences):
+            return Muted.SILENCED
+        return Muted.NO
+
+    return why
+
+
+def mark_muted(now: datetime | None = None) -> int:
+    """Mark why the events of muted nodes are muted, on every tick whether or not a rule
+    exists: the open events not yet marked, and the one-off events of the last ticks
+    (they open and close at once). A mark stays once set: it says the event was muted
+    while open. At most five statements whatever the number of events: their read,
+    `muted`'s two, and one UPDATE per reason. How many were marked."""
+    now = now or timezone.now()
+    recent = now - timedelta(seconds=_ONE_OFF_TICKS * settings.GPUFLEET_ALERT_TICK_S)
+    one_off = Q(closed_at=F("opened_at"), opened_at__gte=recent)
+    rows = list(Event.objects.filter(Q(closed_at__isnull=True) | one_off, opened_at__isnull=False, opened_at__lte=now,
+                                     muted=Muted.NO).order_by().values_list("pk", "node__name"))
+    if not rows:
+        return 0
+    why = muted(now)
+    marked: defaultdict[Muted, list[int]] = defaultdict(list)
+    for pk, name in rows:
+        if reason := why(name):
+            marked[reason].append(pk)
+    for reason, pks in marked.items():
+        Event.objects.filter(pk__any=pks, muted=Muted.NO).update(muted=reason)
+    return sum(len(pks) for pks in marked.values())
 
 
 def _make_deliveries(due: dict[_Due, list[tuple[int, str]]], now: datetime) -> None:

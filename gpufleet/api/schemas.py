@@ -29,7 +29,7 @@ from pydantic_core import PydanticCustomError
 
 from gpufleet import gpu
 from gpufleet.claims.models import Claim
-from gpufleet.events.models import Kind, Severity
+from gpufleet.events.models import Kind, Muted, Severity
 from gpufleet.fleet.models import Attach, FindingStatus, Health
 
 ClaimName = Annotated[
@@ -192,6 +192,8 @@ class EventOut(Out):
     message: str = Field(description="the latest words")
     opened_at: Time = _time()
     closed_at: Time = _time("null while open")
+    muted: str = _one_of(Muted.values, "why its notifications were held back while open: its node was in maintenance "
+                                       "or a silence covered it; empty: they were not")
 
 
 class NodeDetail(NodeSummary):

@@ -85,6 +85,7 @@ def event(e: Event) -> dict:
         "message": e.message,
         "opened_at": _time(e.opened_at),
         "closed_at": _time(e.closed_at),
+        "muted": e.muted,
     }
 
 

@@ -7,7 +7,7 @@ from django import forms
 from django.db.models import Q, QuerySet
 
 from gpufleet.core.filters import ListFilterSet
-from gpufleet.events.models import Event, Kind, Severity
+from gpufleet.events.models import Event, Kind, Muted, Severity
 
 
 def listed() -> QuerySet:
@@ -18,8 +18,9 @@ def listed() -> QuerySet:
 
 class EventFilter(ListFilterSet):
     """`kind`, `severity`, `node` (exact name), `gpu_model` (part of a model name of the
-    node), `state` (open or closed), and a time range: `since` and `until` keep the
-    events open at some moment between them (an event still open counts up to now).
+    node), `state` (open or closed), `muted` (silenced, maintenance, or no: neither), and
+    a time range: `since` and `until` keep the events open at some moment between them
+    (an event still open counts up to now).
 
     `EventFilter(request.GET, queryset=listed())`, then `is_valid()`, `errors` and `qs`."""
 
@@ -33,6 +34,9 @@ class EventFilter(ListFilterSet):
     state = django_filters.ChoiceFilter(
         method="_state", choices=[("open", "Open"), ("closed", "Closed")], empty_label="Open or closed", label="State"
     )
+    muted = django_filters.ChoiceFilter(
+        method="_muted", choices=[(Muted.SILENCED, "Silenced"), (Muted.MAINTENANCE, "In maintenance"), ("no", "No")],
+        empty_label="Muted or not", label="Muted")
     since = django_filters.IsoDateTimeFilter(
         method="_since", label="Since", widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
     until = django_filters.IsoDateTimeFilter(
@@ -40,10 +44,13 @@ class EventFilter(ListFilterSet):
 
     class Meta:
         model = Event
-        fields = ["kind", "severity", "node", "gpu_model", "state", "since", "until"]
+        fields = ["kind", "severity", "node", "gpu_model", "state", "muted", "since", "until"]
 
     def _state(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return queryset.filter(closed_at__isnull=value == "open")
+
+    def _muted(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.filter(muted=Muted.NO if value == "no" else value)
 
     def _since(self, queryset: QuerySet, name: str, value) -> QuerySet:
         return queryset.filter(Q(closed_at__isnull=True) | Q(closed_at__gte=value))

@@ -37,6 +37,20 @@ class Severity(models.TextChoices):
         return {"info": "grey", "warn": "amber", "fail": "red"}[self.value]
 
 
+class Muted(models.TextChoices):
+    """Why an event was muted (its notifications held back) while it was open: its node
+    was in maintenance, or a silence covered it (maintenance wins). Empty: it was not.
+    The labels are the chips the pages show."""
+
+    NO = "", "not muted"
+    SILENCED = "silenced", "silenced"
+    MAINTENANCE = "maintenance", "in maintenance"
+
+    @property
+    def colour(self) -> str:
+        return "blue" if self is Muted.MAINTENANCE else "grey"
+
+
 # Open events first, then the newest: the Events page's order, kept by an index.
 OPEN_FIRST = models.Case(
     models.When(closed_at__isnull=True, then=models.Value(0)), default=models.Value(1),
@@ -77,6 +91,9 @@ class Event(models.Model):
     # the fix's job.
     claim_name = models.CharField(max_length=100, blank=True)
     job = models.ForeignKey("jobs.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # Set by the alerts' tick (gpufleet/alerts/services.py: mark_muted), once, while open:
+    # the events app knows nothing of silences and maintenance.
+    muted = models.CharField(max_length=12, choices=Muted.choices, blank=True, default=Muted.NO)
 
     class Meta:
         ordering = [OPEN_FIRST, "-opened_at", "-id"]
@@ -97,6 +114,11 @@ class Event(models.Model):
     @property
     def level(self) -> Severity:
         return Severity(self.severity)
+
+    @property
+    def muted_as(self) -> Muted | None:
+        """Why it was muted, for its chip; None when it was not."""
+        return Muted(self.muted) if self.muted else None
 
     @property
     def is_open(self) -> bool:

@@ -21,7 +21,7 @@ from gpufleet.events.models import Event
 
 EVENTS_PER_PAGE = 50
 COLUMNS = ["id", "kind", "severity", "node", "gpu_index", "pci_bus_id", "code", "name", "message_opened", "message",
-           "opened_at", "closed_at", "count", "claim_name", "job"]
+           "opened_at", "closed_at", "count", "claim_name", "job", "muted"]
 
 
 @require_GET
@@ -78,6 +78,7 @@ def row(event: Event) -> dict:
         "count": event.count,
         "claim_name": event.claim_name,
         "job": event.job_id,
+        "muted": event.muted,
     }
 
 

@@ -101,7 +101,7 @@ def test_the_api_answers_the_fields_the_issue_names(viewer_client, fleet):
     assert row == {
         "id": fleet["old"].pk, "kind": "finding", "severity": "warn", "node": "h200-a", "gpu_index": 3,
         "pci_bus_id": "", "code": "gpu3.thermal", "message": "Thermal slowdown active at 91 °C",
-        "opened_at": "2026-05-04T14:02:00+00:00", "closed_at": "2026-05-04T14:37:00+00:00",
+        "opened_at": "2026-05-04T14:02:00+00:00", "closed_at": "2026-05-04T14:37:00+00:00", "muted": "",
     }
 
 

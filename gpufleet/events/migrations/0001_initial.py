@@ -34,6 +34,7 @@ class Migration(migrations.Migration):
                 ('worsened_at', models.DateTimeField(blank=True, help_text='When its severity last rose.', null=True)),
                 ('count', models.PositiveBigIntegerField(default=1)),
                 ('claim_name', models.CharField(blank=True, max_length=100)),
+                ('muted', models.CharField(blank=True, choices=[('', 'not muted'), ('silenced', 'silenced'), ('maintenance', 'in maintenance')], default='', max_length=12)),
                 ('job', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='jobs.job')),
                 ('node', models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='events', to='fleet.node')),
             ],
