@@ -218,8 +218,11 @@ def _make_deliveries(due: dict[_Due, list[tuple[int, str]]], now: datetime) -> N
             continue
         delivery = None
         if not key.silenced:
-            delivery = Delivery.objects.filter(rule=key.rule, channel_id=key.channel_id, notice=key.notice,
-                                               status=Status.PENDING, tries=0, next_try_at__gt=now).first()
+            # Locked until these events are in it: a sender claiming it meanwhile waits,
+            # then sends them too (unlocked, it could send without them).
+            delivery = Delivery.objects.select_for_update().filter(
+                rule=key.rule, channel_id=key.channel_id, notice=key.notice, status=Status.PENDING, tries=0,
+                next_try_at__gt=now).first()
         if delivery is None:
             delivery = Delivery.objects.create(
                 rule=key.rule, rule_name=key.rule.name, channel_id=key.channel_id,
@@ -252,7 +255,8 @@ def send_due(deadline_s: float | None = None) -> tuple[int, int]:
 def claim(now: datetime | None = None) -> tuple[Delivery, uuid.UUID] | None:
     """Take one due delivery for this sender: a pending one whose time came, or one a
     sender claimed longer ago than GPUFLEET_ALERT_CLAIM_TIMEOUT_S (it died). The UPDATE
-    takes it only if nobody else did meanwhile; the loser tries the next."""
+    takes it only if nobody else did meanwhile (the loser tries the next), and only if it
+    is still due: another sender may have tried it meanwhile and put it back for later."""
     now = now or timezone.now()
     stale = now - timedelta(seconds=settings.GPUFLEET_ALERT_CLAIM_TIMEOUT_S)
     due = Q(status=Status.PENDING, next_try_at__lte=now) | Q(status=Status.SENDING, claimed_at__lt=stale)
@@ -261,7 +265,7 @@ def claim(now: datetime | None = None) -> tuple[Delivery, uuid.UUID] | None:
         if row is None:
             return None
         token = uuid.uuid4()
-        taken = Delivery.objects.filter(pk=row["pk"], status=row["status"], claim_token=row["claim_token"]).update(
+        taken = Delivery.objects.filter(due, pk=row["pk"], status=row["status"], claim_token=row["claim_token"]).update(
             status=Status.SENDING, claim_token=token, claimed_at=now, tries=F("tries") + 1)
         if taken:
             return Delivery.objects.select_related("channel", "rule").get(pk=row["pk"]), token
