@@ -67,6 +67,13 @@ def log_in(page, user, password: str | None = None):
     return page
 
 
+def assert_cells_line_up(row) -> None:
+    """A table row's first and last cells (its name and its buttons) are as tall as each
+    other and start at the same height: the buttons are a cell of the row."""
+    first, last = row.locator("th, td").first.bounding_box(), row.locator("th, td").last.bounding_box()
+    assert (last["y"], last["height"]) == pytest.approx((first["y"], first["height"]), abs=1), row.inner_text()
+
+
 # --- a small fleet, ingested through the real snapshot path -------------------
 
 HEALTHY, HOT, BROKEN, GONE, SPEC = "h200-a01", "h200-a02", "h200-b01", "h200-b02", "a40-c01"

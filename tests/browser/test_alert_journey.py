@@ -163,4 +163,4 @@ def test_an_admin_sets_up_alerts_and_hears_of_a_failing_node_but_not_a_silenced_
         lost = table.locator("tbody tr", has=page.get_by_role("link", name=node)).filter(has_text=f"lost:{LOST_PCI}")
         expect(lost).to_have_count(1)
         expect(lost).to_contain_text(f"GPU at PCI {LOST_PCI}")
-        expect(lost.locator(".badge")).to_have_text(["Failing", "open"])
+        expect(lost.locator(".badge")).to_contain_text(["Failing", "open"])  # and whatever else it is marked
