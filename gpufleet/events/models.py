@@ -100,6 +100,9 @@ class Event(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["node", "kind", "code"], condition=Q(closed_at__isnull=True),
                                     name="one_open_event_per_condition"),
+            # The site's own events (node NULL): NULLs are distinct in the one above.
+            models.UniqueConstraint(fields=["kind", "code"], condition=Q(closed_at__isnull=True, node__isnull=True),
+                                    name="one_open_site_event_per_condition"),
         ]
         indexes = [
             models.Index(OPEN_FIRST, models.F("opened_at").desc(), name="event_open_first_newest"),

@@ -152,3 +152,19 @@ def test_the_statements_events_cost_a_batch_do_not_grow_with_its_size():
     update = 4 if connection.vendor == "postgresql" else 1
     assert counts[1] == counts[50] == [2, 1 + update, 1, 1 + update, 1 + update]
     assert Event.objects.filter(closed_at__isnull=False).count() == 51
+
+
+def test_the_site_has_one_open_event_per_condition_as_a_node_does():
+    # Two beats at once must not open the site's ingest-silent event twice: a NULL node
+    # is distinct from another in the per-node constraint, so the site has one of its own.
+    from django.db import IntegrityError, transaction
+
+    from gpufleet.events.services import Condition, observe
+
+    silent = Condition(None, Kind.INGEST_SILENT, "", "fail", "No snapshots", "none for 6 min")
+    observe([Kind.INGEST_SILENT], None, [silent], T0)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Event.objects.create(kind=Kind.INGEST_SILENT, severity="fail", first_seen_at=T0, opened_at=T0,
+                             last_seen_at=T0)
+    observe([Kind.INGEST_SILENT], None, [silent], T0 + timedelta(seconds=5))
+    assert Event.objects.filter(kind=Kind.INGEST_SILENT, closed_at__isnull=True).count() == 1

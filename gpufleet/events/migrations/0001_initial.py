@@ -41,7 +41,7 @@ class Migration(migrations.Migration):
             options={
                 'ordering': [models.Case(models.When(closed_at__isnull=True, then=models.Value(0)), default=models.Value(1), output_field=models.IntegerField()), '-opened_at', '-id'],
                 'indexes': [models.Index(models.Case(models.When(closed_at__isnull=True, then=models.Value(0)), default=models.Value(1), output_field=models.IntegerField()), models.OrderBy(models.F('opened_at'), descending=True), name='event_open_first_newest'), models.Index(fields=['node', '-opened_at'], name='event_node_newest'), models.Index(condition=models.Q(('closed_at__isnull', False)), fields=['closed_at'], name='event_closed_at')],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('closed_at__isnull', True)), fields=('node', 'kind', 'code'), name='one_open_event_per_condition')],
+                'constraints': [models.UniqueConstraint(condition=models.Q(('closed_at__isnull', True)), fields=('node', 'kind', 'code'), name='one_open_event_per_condition'), models.UniqueConstraint(condition=models.Q(('closed_at__isnull', True), ('node__isnull', True)), fields=('kind', 'code'), name='one_open_site_event_per_condition')],
             },
         ),
     ]
