@@ -85,7 +85,9 @@ def webhook():
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll: shutdown() waits for the loop's next look, and every test that uses
+    # the receiver pays that wait.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     port = server.server_address[1]
     hook.url = f"json://ops:{WEBHOOK_PASSWORD}@127.0.0.1:{port}/hooks/{WEBHOOK_TOKEN}"

@@ -77,7 +77,7 @@ def test_redis_killed_and_started_again_under_load_loses_no_accepted_snapshot(ow
     assert DeviceSample.objects.filter(device__node__name__in=stored).count() == 2 * len(stored)  # each once
 
 
-KILLS = 20
+KILLS = 8
 
 
 def test_consumers_killed_at_random_instants_during_a_backlog_lose_nothing_and_store_nothing_twice(own_redis):
