@@ -155,3 +155,13 @@ def test_the_page_reads_a_fixed_number_of_queries(viewer_client, django_assert_n
         event(node, code=f"c{i}")
     with django_assert_num_queries(6):  # session, user, permissions (2), count, page with nodes
         viewer_client.get("/events/")
+
+
+def test_a_row_leads_with_what_the_event_concerns_and_names_its_kind_below(viewer_client, fleet):
+    page = viewer_client.get("/events/").content.decode()
+    row = page.split(f'id="event-{fleet["old"].pk}"', 1)[1].split("</tr>", 1)[0]
+    what = re.search(r'data-label="What">(.*?)</td>', row, re.S).group(1)
+    assert what.startswith("GPU 3 (NVIDIA H200)<span class=\"sub\">Finding</span>")
+    # An event without a name of its own says its kind once.
+    row = page.split(f'id="event-{fleet["offline"].pk}"', 1)[1].split("</tr>", 1)[0]
+    assert re.search(r'data-label="What">Node offline(<span class="sub"><code>|</td>)', row)
