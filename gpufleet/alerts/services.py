@@ -41,6 +41,8 @@ from gpufleet.alerts.models import Channel, Delivery, DeliveryEvent, Notice, Rul
 from gpufleet.audit.models import Action, record
 from gpufleet.events.models import Event, Muted, Severity
 from gpufleet.fleet.maintenance import nodes_in_maintenance
+from gpufleet.fleet.models import Health
+from gpufleet.fleet.summary import LIST_LIMIT, FleetFinding, Item
 
 log = logging.getLogger(__name__)
 
@@ -373,8 +375,24 @@ def events_link(events: list[Event], notice: str) -> str:
 
 def failing_channels() -> int:
     """How many channels are failing now (a notification failed every try since the
-    last one sent): the Channels page marks them, the overview may count them."""
+    last one sent): the Channels page marks them."""
     return Channel.objects.filter(failing_since__isnull=False).count()
+
+
+def failing_channels_finding() -> FleetFinding | None:
+    """The failing channels as a fleet finding for the overview, loudest first: while
+    one fails, the people it should reach hear of nothing. One query while fewer than
+    LIST_LIMIT fail."""
+    failing = list(Channel.objects.filter(failing_since__isnull=False).order_by("failing_since", "name")
+                   .only("name", "failing_since", "last_error")[:LIST_LIMIT + 1])
+    if not failing:
+        return None
+    count = len(failing) if len(failing) <= LIST_LIMIT else failing_channels()
+    page = reverse("alerts:channels")
+    items = [Item(f"{channel.name}: {channel.last_error or 'every try failed'}", url=page, when=channel.failing_since)
+             for channel in failing[:LIST_LIMIT]]
+    title = f"{count} alert channel{'s' if count != 1 else ''} failing: notifications do not reach anyone there"
+    return FleetFinding("alert_channels", Health.FAIL, title, items, max(0, count - len(items)))
 
 
 def send_test(channel: Channel) -> channels.Outcome:

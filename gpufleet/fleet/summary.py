@@ -51,11 +51,13 @@ def toolkit_short(version: str) -> str:
 
 @dataclass(frozen=True)
 class Item:
-    """One line under a fleet finding; `node` links to its page, `query` to the filtered table."""
+    """One line under a fleet finding; `node` links to its page, `query` to the filtered
+    table, `url` to another page (another app's finding)."""
 
     text: str
     node: str = ""
     query: str = ""
+    url: str = ""
     when: datetime | None = None
     status: Health | None = None
     fix: str = ""

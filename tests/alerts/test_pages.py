@@ -168,3 +168,17 @@ def test_the_navigation_links_the_alert_pages(viewer_client):
     page = viewer_client.get("/alerts/rules/").content.decode()
     assert 'href="/alerts/channels/"' in page and 'href="/alerts/silences/"' in page
     assert 'href="/alerts/deliveries/"' in page and "Failing or offline" in page
+
+
+def test_a_failing_channel_is_a_fleet_finding_on_the_overview_until_a_send_works(viewer_client):
+    quiet = Channel.objects.create(name="pager", url="json://127.0.0.1:9/", redacted="json://…")
+    assert "alert channel" not in viewer_client.get("/").content.decode()
+    Channel.objects.filter(pk=quiet.pk).update(failing_since=timezone.now(),
+                                               last_error='error=503 <b>"down"</b>')
+    page = viewer_client.get("/").content.decode()
+    assert "1 alert channel failing: notifications do not reach anyone there" in page
+    # The channel links to the Channels page; its error is shown escaped, never its URL.
+    assert '<a href="/alerts/channels/">pager: error=503 &lt;b&gt;&quot;down&quot;&lt;/b&gt;</a>' in page
+    assert "127.0.0.1:9" not in page
+    Channel.objects.filter(pk=quiet.pk).update(failing_since=None, last_error="")
+    assert "alert channel" not in viewer_client.get("/").content.decode()

@@ -260,10 +260,11 @@ def test_it_refuses_post(operator_client, make_fleet):
 # only: the fragments do not draw the form); the table: count, page; the summary:
 # tiles, failing and warning nodes' problems, offline nodes, problems by cause,
 # driver and toolkit drift (one query for both), vanished GPUs, claims naming
-# missing GPUs. Maintenance is a join or a subquery of these, never a query.
-FULL_PAGE_QUERIES = 15
+# missing GPUs, failing alert channels. Maintenance is a join or a subquery of these,
+# never a query.
+FULL_PAGE_QUERIES = 16
 TABLE_QUERIES = 6
-SUMMARY_QUERIES = 12
+SUMMARY_QUERIES = 13
 
 
 @pytest.mark.django_db
