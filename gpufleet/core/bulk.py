@@ -1,5 +1,5 @@
 """Writing many rows of one model in a fixed number of statements, inside the caller's
-transaction: `insert`, `upsert` and `update`.
+transaction: `insert`, `upsert` and `update`; and reading many back as tuples: `rows`.
 
 On PostgreSQL the rows go through COPY. Django's bulk_create prepares every value in
 Python (each field's get_db_prep_save, then psycopg dumps the arrays it unnests), and
@@ -107,6 +107,32 @@ def update(model: type[models.Model], objs: Sequence[models.Model], fields: Sequ
     with connection.cursor() as cursor:
         _stage(cursor, table, staging, columns, objs)
         cursor.execute(f"UPDATE {table} SET {updates} FROM {staging} AS staged WHERE {table}.{key} = staged.{key}")
+
+
+def rows(queryset: models.QuerySet, fields: Sequence[str]) -> list[tuple]:
+    """The `fields` (attribute names) of the rows `queryset` selects, as tuples, in no
+    particular order (its ordering is dropped), as `values_list` reads them. In one
+    statement; on PostgreSQL in UTC, psycopg's C loader reads the timestamps, as for
+    `upsert`'s returned ones, rather than Django's, in Python."""
+    query = queryset.order_by().values_list(*fields)
+    if connection.vendor != "postgresql" or connection.timezone_name != "UTC":
+        return list(query)
+    sql, params = query.query.sql_with_params()
+    converted = [(i, field) for i, field in enumerate(queryset.model._meta.get_field(name) for name in fields)
+                 if hasattr(field, "from_db_value")]
+    with connection.cursor() as cursor:
+        cursor.cursor.adapters.register_loader("timestamptz", _c_timestamptz_loader())
+        cursor.execute(sql, params)
+        found = cursor.fetchall()
+    if not converted:
+        return found
+    read = []
+    for row in found:
+        values = list(row)
+        for i, field in converted:
+            values[i] = field.from_db_value(values[i], None, connection)
+        read.append(tuple(values))
+    return read
 
 
 @functools.cache

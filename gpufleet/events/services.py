@@ -77,7 +77,7 @@ def observe(kinds: Sequence[str], node_ids: Sequence[int] | None, seen: Iterable
         if not node_ids:
             return
         current = current.filter(node_id__any=list(node_ids))
-    existing = {(e.node_id, e.kind, e.code): e for e in current}
+    existing = {(e.node_id, e.kind, e.code): e for e in _read(current)}
     wait, linger = open_after(), close_after()
     new, changed, gone = [], [], []
     for condition in seen:
@@ -106,6 +106,13 @@ def observe(kinds: Sequence[str], node_ids: Sequence[int] | None, seen: Iterable
             bulk.update(Event, changed, _CHANGED)
 
 
+def _read(events: models.QuerySet) -> list[Event]:
+    """The rows of `events` as instances, made from the tuples bulk.rows reads (whose
+    timestamps psycopg reads in C: Django's loader, in Python, was most of what this read cost)."""
+    names = [field.attname for field in Event._meta.concrete_fields]
+    return [Event.from_db(events.db, names, row) for row in bulk.rows(events, names)]
+
+
 def _new(condition: Condition, now: datetime, opened: bool) -> Event:
     return Event(
         kind=condition.kind, severity=condition.severity, node_id=condition.node_id, gpu_index=condition.gpu_index,
@@ -129,7 +136,7 @@ def _continued(event: Event, condition: Condition, now: datetime, wait: timedelt
         event.count, changed = event.count + condition.count, True
     elif event.clear_since is not None:
         event.clear_since, event.count, changed = None, event.count + 1, True
-    if _RANK[Severity(condition.severity)] > _RANK[Severity(event.severity)]:
+    if _RANK[condition.severity] > _RANK[event.severity]:
         event.severity, changed = condition.severity, True
         event.worsened_at = now if event.opened_at is not None else None
     if condition.message != event.message:
@@ -179,11 +186,13 @@ def record_snapshots(reports: Sequence[tuple], now: datetime) -> None:
         return
     seen = []
     for node, findings, devices, vanished in reports:
-        pci = {device.index: device.pci_bus_id or "" for device in devices}
+        pci = None  # made for a node with a condition only: most have none
         for finding in findings:
-            severity = _SEVERITY.get(gpu.Status(finding.status))
+            severity = _SEVERITY.get(finding.status)
             if severity is None:
                 continue
+            if pci is None:
+                pci = {device.index: device.pci_bus_id or "" for device in devices}
             index, address = _where(finding.code, pci)
             seen.append(Condition(node.pk, Kind.FINDING, finding.code, severity, finding.name, finding.message,
                                   index, address))

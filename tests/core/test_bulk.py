@@ -106,3 +106,16 @@ def test_rows_no_utf8_can_hold_are_refused_as_the_database_refuses_them():
     node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
     with pytest.raises(DatabaseError), transaction.atomic():
         bulk.insert(Finding, FINDING, [(node.pk, 0, "check", "A check", "ok", "bad \ud800", "")])
+
+
+def test_rows_are_read_as_values_list_reads_them():
+    """JSON decoded, timestamps the same instants in UTC, None kept; the ordering dropped."""
+    node = Node.objects.create(name="n", first_seen=FIRST, last_seen=FIRST)
+    _upsert([_row(node, FIRST, busy_at=FIRST + timedelta(microseconds=1), health=HEALTH),
+             (node.pk, "GPU-1", 1, "NVIDIA H200", "", {}, FIRST, FIRST, None)])
+    fields = ["id", "node_id", "uuid", "health", "last_seen", "busy_at"]
+    devices = Device.objects.filter(node=node).order_by("-index")
+    read = bulk.rows(devices, fields)
+    assert sorted(read) == sorted(devices.values_list(*fields))
+    assert {row[2]: row[3] for row in read} == {"GPU-0": HEALTH, "GPU-1": {}}
+    assert {row[4].utcoffset() for row in read} == {timedelta(0)}
