@@ -168,3 +168,25 @@ def test_the_site_has_one_open_event_per_condition_as_a_node_does():
                              last_seen_at=T0)
     observe([Kind.INGEST_SILENT], None, [silent], T0 + timedelta(seconds=5))
     assert Event.objects.filter(kind=Kind.INGEST_SILENT, closed_at__isnull=True).count() == 1
+
+
+@pytest.mark.postgresql
+def test_on_postgresql_a_batch_rewrites_its_open_events_in_place():
+    """The events table keeps half of each page empty (fillfactor 50, migration
+    events/0001), so an open event that each snapshot rewrites (new words, when last
+    seen) gets its new row version beside the old one (a HOT update) rather than new
+    entries in each of the table's indexes."""
+    names = [f"n{i}" for i in range(80)]  # events enough to fill pages
+    store(*(hot(name, T0, message="Running hot at 87 °C") for name in names), at=T0)
+    later = T0 + timedelta(seconds=60)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'events_event'")
+        assert cursor.fetchone() == (["fillfactor=50"],)
+        # This transaction's own counts (the test runs in one, which earlier work may share).
+        counts = "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relname = 'events_event'"
+        cursor.execute(counts)
+        before = cursor.fetchone()
+        store(*(hot(name, later, message="Running hot at 88 °C") for name in names), at=later)
+        cursor.execute(counts)
+        updated, in_place = (after - earlier for after, earlier in zip(cursor.fetchone(), before, strict=True))
+    assert updated == len(names) and in_place == updated
