@@ -339,8 +339,10 @@ class Device(models.Model):
 class Finding(models.Model):
     """One doctor finding of a node's latest snapshot."""
 
-    # No index of its own: the unique (node, code) index serves lookups by node, and
-    # each snapshot deletes and inserts its node's findings, so every index costs ingest.
+    # The unique (node, code) index serves lookups by node. Each snapshot deletes and
+    # inserts its node's findings, so every index costs ingest: the only other one is
+    # partial, holding the few warn and fail rows that the overview's "Problems by
+    # cause" reads, so that it never scans the fleet's many ok findings.
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="findings", db_index=False)
     position = models.PositiveIntegerField(default=0)
     code = models.CharField(max_length=64)
@@ -352,6 +354,8 @@ class Finding(models.Model):
     class Meta:
         ordering = ["node", "position"]
         constraints = [models.UniqueConstraint(fields=["node", "code"], name="finding_unique_code_per_node")]
+        indexes = [models.Index(fields=["status"], name="finding_problems",
+                                condition=models.Q(status__in=[FindingStatus.WARN, FindingStatus.FAIL]))]
 
     def __str__(self) -> str:
         return f"{self.node.name} {self.code}: {self.status}"
