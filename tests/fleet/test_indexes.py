@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from gpufleet.fleet.summary import FleetSummary
+from tests.factories import ingest
 
 pytestmark = pytest.mark.django_db
 
@@ -34,3 +38,18 @@ def test_no_index_leads_another(table):
 def test_lookups_by_node_keep_an_index_that_leads_with_the_node():
     for table in ("fleet_device", "fleet_finding"):
         assert any(columns[0] == "node_id" for columns, _ in _indexes(table).values()), table
+
+
+@pytest.mark.postgresql
+def test_problems_by_cause_can_read_only_the_problem_findings():
+    # The query's status test must imply the partial index's condition, or the
+    # overview reads every ok finding of the fleet again.
+    ingest("alpha", 1)
+    with CaptureQueriesContext(connection) as queries:
+        assert FleetSummary().findings is not None
+    sql = next(q["sql"] for q in queries.captured_queries if 'FROM "fleet_finding"' in q["sql"] and "GROUP BY" in q["sql"])
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + sql)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "finding_problems" in plan

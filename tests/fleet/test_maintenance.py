@@ -17,7 +17,7 @@ from gpufleet.claims import services
 from gpufleet.claims.models import Claim
 from gpufleet.claims.placement import fleet_placement
 from gpufleet.fleet import maintenance
-from gpufleet.fleet.models import Maintenance
+from gpufleet.fleet.models import Maintenance, Node
 from tests.claims.helpers import claim
 from tests.factories import ingest
 
@@ -83,6 +83,20 @@ def test_find_a_node_leaves_a_node_in_maintenance_out(operator):
     Maintenance.objects.filter(node=alpha).update(until=timezone.now() - timedelta(seconds=1))
     answer = fleet_placement(gpu.PlacementRequest(count=1))
     assert sorted(f.name for f in answer.fits) == ["alpha", "bravo"] and bravo.name == "bravo"
+
+
+def test_the_flag_is_a_join_of_the_maintenance_row_not_a_subquery_per_node(operator):
+    alpha, charlie = ingest("alpha", 1), ingest("charlie", 1)
+    ingest("bravo", 1)
+    maintenance.start(alpha, _hours(1), "swap PSU", operator)
+    maintenance.start(charlie, _hours(1), "reseat GPU", operator)
+    Maintenance.objects.filter(node=charlie).update(until=timezone.now() - timedelta(seconds=1))
+    nodes = Node.objects.annotate(away=maintenance.in_maintenance_flag()).order_by("name")
+    assert [(n.name, n.away) for n in nodes] == [("alpha", True), ("bravo", False), ("charlie", False)]
+    # A subquery would run again for every node at each place a query reads the flag:
+    # the overview's tiles read it five times over the whole fleet.
+    sql = str(nodes.query).upper()
+    assert "EXISTS" not in sql and "LEFT OUTER JOIN" in sql
 
 
 def test_the_overview_shows_a_maintenance_chip_instead_of_its_health(viewer_client, operator):
