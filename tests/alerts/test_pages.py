@@ -182,3 +182,12 @@ def test_a_failing_channel_is_a_fleet_finding_on_the_overview_until_a_send_works
     assert "127.0.0.1:9" not in page
     Channel.objects.filter(pk=quiet.pk).update(failing_since=None, last_error="")
     assert "alert channel" not in viewer_client.get("/").content.decode()
+
+
+def test_the_channels_page_lists_them_by_name(admin_role_client):
+    # Made in the other order: the page's query counts rules with a GROUP BY, which drops
+    # the model's own ordering.
+    for name in ("zulu", "alpha", "mike"):
+        Channel.objects.create(name=name, url="json://127.0.0.1:9/", redacted="json://…")
+    page = admin_role_client.get("/alerts/channels/").content.decode()
+    assert [page.index(name) for name in ("alpha", "mike", "zulu")] == sorted(page.index(n) for n in ("alpha", "mike", "zulu"))
