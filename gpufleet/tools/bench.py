@@ -63,9 +63,11 @@ REAL_PATH_ROUNDS = 4
 # The real-path ingest uses a Redis database of its own on the configured server, so
 # the bench's consumers never take the site's snapshots, nor the site's consumers the bench's;
 # and a stream name of its own, as the append function it loads is the server's, not a
-# database's: the site's (of GPUFLEET_INGEST_STREAM) stays as the site loaded it.
+# database's: the site's (of GPUFLEET_INGEST_STREAM) stays as the site loaded it. The
+# name is this run's own, so two benches on one server (a test run's beside an
+# operator's) never delete each other's stream or function.
 BENCH_REDIS_DB = 15
-BENCH_STREAM = "gpufleet-bench:ingest"
+BENCH_STREAM = f"gpufleet-bench-{os.getpid()}:ingest"
 # The consumers sharing the group in the second real-path figure (one a core of the
 # 2-core host the figures were first taken on).
 SERVICE_CONSUMERS = 2
