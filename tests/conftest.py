@@ -47,7 +47,17 @@ def pytest_addoption(parser):
     )
 
 
+# The tests that start processes, servers or a browser run one after another in one test
+# process (with `-n`, as `sh gpufleet/bootstrap test` runs: their timing and ports stay
+# their own), while the other process takes the rest; the bench's module runs once.
+ONE_AT_A_TIME = pytest.mark.xdist_group("processes")
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if (item.get_closest_marker("integration") or item.get_closest_marker("browser")
+                or item.module.__name__.endswith("test_bench")):
+            item.add_marker(ONE_AT_A_TIME)
     if not config.getoption("--database-tests-only"):
         return
     uses = [bool(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("django_db"))
