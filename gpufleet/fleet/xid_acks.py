@@ -28,13 +28,27 @@ def cleared(finding: gpu.Finding, acknowledgement: XidAcknowledgement) -> gpu.Fi
     )
 
 
-def apply_acknowledgements(node: Node, findings: list[gpu.Finding], devices: Sequence[gpu.Device]) -> list[gpu.Finding]:
-    """`findings` with each acknowledged GPU's Xid finding cleared, unless a newer Xid came.
-    One query, and only when the snapshot has an Xid finding at all."""
-    by_code = {xid_finding_code(d.index): d for d in devices}
-    if not any(f.code in by_code for f in findings):
+def acknowledgements(reports: Sequence[tuple[Node, Sequence[gpu.Finding], Sequence[gpu.Device]]]
+                     ) -> dict[int, dict[str, XidAcknowledgement]]:
+    """The Xid acknowledgements of a batch's nodes, by node pk and GPU UUID, for
+    `apply_acknowledgements`: one query for the whole batch, and only when one of its
+    snapshots has an Xid finding at all."""
+    wanted = [node.pk for node, findings, devices in reports
+              if {xid_finding_code(d.index) for d in devices} & {f.code for f in findings}]
+    found: dict[int, dict[str, XidAcknowledgement]] = {}
+    if wanted:
+        for ack in XidAcknowledgement.objects.filter(node_id__in=wanted).select_related("by"):
+            found.setdefault(ack.node_id, {})[ack.device_uuid] = ack
+    return found
+
+
+def apply_acknowledgements(findings: list[gpu.Finding], devices: Sequence[gpu.Device],
+                           acks: dict[str, XidAcknowledgement]) -> list[gpu.Finding]:
+    """`findings` with each acknowledged GPU's Xid finding cleared, unless a newer Xid
+    came; `acks` are the node's, by GPU UUID (see `acknowledgements`)."""
+    if not acks:
         return findings
-    acks = {a.device_uuid: a for a in XidAcknowledgement.objects.filter(node=node).select_related("by")}
+    by_code = {xid_finding_code(d.index): d for d in devices}
     result = []
     for finding in findings:
         device = by_code.get(finding.code)

@@ -18,8 +18,8 @@ from gpufleet import gpu
 from gpufleet.claims.models import Claim
 from gpufleet.core import bulk
 from gpufleet.events import services as events
-from gpufleet.fleet.models import Device, DeviceSample, Finding, Node
-from gpufleet.fleet.xid_acks import apply_acknowledgements
+from gpufleet.fleet.models import Device, DeviceSample, Finding, Node, XidAcknowledgement
+from gpufleet.fleet.xid_acks import acknowledgements, apply_acknowledgements
 from gpufleet.ingest.refusals import count_refusals
 from gpufleet.ingest.schema import DeviceIn, Snapshot, parse_snapshot
 from gpufleet.jobs.models import JobStatus
@@ -157,6 +157,7 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
     gpus, idle_since = _store_devices(fresh, now)
     lost = _lost_devices([node for node, _ in fresh])
     claims = _claims([node for node, _ in fresh])
+    acks = acknowledgements([(node, snapshot.findings, gpus[node.pk]) for node, snapshot in fresh])
     all_findings, changed_claims = [], []
     rule = idle_rule()
     for node, snapshot in fresh:
@@ -165,7 +166,7 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
         idle = _idle_gpus(idle_since[node.pk], snapshot.collected_at, rule)
         ledger, changed = _flag_claims(node, gpus[node.pk], claims[node.pk], idle)
         changed_claims += changed
-        findings = _central_findings(node, snapshot, gpus[node.pk], lost[node.pk], ledger, idle, rule)
+        findings = _central_findings(snapshot, gpus[node.pk], lost[node.pk], ledger, idle, rule, acks.get(node.pk, {}))
         all_findings.append((node, findings))
         node.health = gpu.Status.worst(f.status for f in findings)
         node.problem = _problem(findings)
@@ -311,14 +312,14 @@ def _claims(nodes: list[Node]) -> dict[int, list[Claim]]:
 
 
 def _central_findings(
-    node: Node, snapshot: Snapshot, devices: tuple[gpu.Device, ...], lost: list[Device], ledger: gpu.Ledger,
-    idle: dict[int, datetime], rule: gpu.IdleRule,
+    snapshot: Snapshot, devices: tuple[gpu.Device, ...], lost: list[Device], ledger: gpu.Ledger,
+    idle: dict[int, datetime], rule: gpu.IdleRule, acks: dict[str, XidAcknowledgement],
 ) -> list[gpu.Finding]:
     """The agent's findings as the centre keeps them: acknowledged Xids cleared, and
     what only the centre knows added: lost GPUs, overlapping claims, and claims
     against the work found on the GPUs."""
     reported = [gpu.Finding(f.code, f.name, f.status, f.message, f.fix) for f in snapshot.findings]
-    findings = apply_acknowledgements(node, reported, devices)
+    findings = apply_acknowledgements(reported, devices, acks)
     central = [_lost_capacity_finding(lost), _overlap_finding(ledger)]
     return findings + [f for f in central if f is not None] + gpu.claim_use_findings(ledger, idle, rule)
 

@@ -134,6 +134,25 @@ def test_statements_per_batch_do_not_grow_with_batch_size_or_gpu_count(size, gpu
     assert sorted(changed) == sorted(s["node"] for s in seconds if s["findings"][0]["message"].endswith(" (changed)"))
 
 
+@pytest.mark.parametrize("size", [1, 5])
+def test_xid_findings_cost_a_batch_one_read_of_acknowledgements_whatever_its_size(size):
+    # A failing fleet reports Xids on many nodes at once: their acknowledgements are read
+    # once for the batch, not once a node.
+    def with_xid(data: dict) -> dict:
+        data["devices"][0]["xid_errors"] = [{"xid": 79, "count": 1, "last_seen": data["collected_at"],
+                                             "description": "GPU has fallen off the bus"}]
+        data["findings"].append({"code": "gpu0.xid", "name": "GPU 0", "status": "fail",
+                                 "message": "Kernel log: Xid 79", "fix": ""})
+        return data
+
+    firsts = [with_xid(snapshot(f"n{i}", gpus=2)) for i in range(size)]
+    ingest_snapshots(firsts)
+    clean = [snapshot(s["node"], gpus=2, at=later(s)) for s in firsts]
+    xids = [with_xid(snapshot(s["node"], gpus=2, at=later(s, 60))) for s in firsts]
+    without = _statements(clean)
+    assert _statements(xids) == without + 1
+
+
 def test_the_ingest_consumer_finishes_the_job_its_snapshot_answers(admin_user):
     node = Node.objects.create(name="n")
     job = Job.objects.create(node=node, kind=JobKind.DIAGNOSE, requested_by=admin_user)
