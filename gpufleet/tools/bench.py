@@ -60,6 +60,9 @@ BATCH = 100  # snapshots per ingest_snapshots call and per floor transaction
 # Snapshots of each node the real path stores: enough entries that the consumers run
 # for seconds, not for the few batches of one round.
 REAL_PATH_ROUNDS = 4
+# Pairs of rounds (events on, events off) at least: one round is under a second, and
+# the difference measured is a tenth of it.
+EVENT_PAIRS = 8
 # The real-path ingest uses a Redis database of its own on the configured server, so
 # the bench's consumers never take the site's snapshots, nor the site's consumers the bench's;
 # and a stream name of its own, as the append function it loads is the server's, not a
@@ -408,7 +411,7 @@ class Bench:
 
     def _ingest_with_and_without_events(self, snapshots: list[dict], repeat: int) -> None:
         """Batches in process with event detection on and off (GPUFLEET_EVENTS_AT_INGEST),
-        alternately, `repeat` times each, over a troubled fleet: every node warns with words
+        alternately, `repeat` times each (EVENT_PAIRS at least), over a troubled fleet: every node warns with words
         new each round (each open event rewritten), and every fourth fails in one pair of
         rounds and not the next (events opened and cleared). The figures are the medians;
         the ratio is on over off."""
@@ -420,7 +423,8 @@ class Bench:
         # untimed "on" round first opens the warnings' events, which only the first run meets.
         # On and off take turns at going first.
         rounds = [(True, False, True)] + [
-            (flag, r % 2 == 0, False) for r in range(repeat) for flag in ((True, False) if r % 2 == 0 else (False, True))
+            (flag, r % 2 == 0, False) for r in range(max(repeat, EVENT_PAIRS))
+            for flag in ((True, False) if r % 2 == 0 else (False, True))
         ]
         for step, (on, failing, warm_up) in enumerate(rounds):
             at = start + timedelta(seconds=step)
