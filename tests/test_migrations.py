@@ -13,6 +13,8 @@ from django.core.management import call_command
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = {app: ["0001_initial"] for app in ("alerts", "api", "audit", "claims", "events", "fleet", "jobs")}
+SHIPPED["events"].append("0002_muted_and_site_events")
+SHIPPED["fleet"].append("0002_finding_problems")
 
 
 def _migrations() -> dict[str, list[Path]]:
@@ -39,4 +41,27 @@ def test_no_migration_imports_application_code(path):
 
 @pytest.mark.django_db
 def test_the_models_need_no_new_migration():
+    call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_database_of_0_1_0_migrates_to_now_keeping_its_events():
+    # An upgrade from the release: back to 0.1.0's schema, a row made there, then forward.
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    released = [(app, "0001_initial") for app in ("events", "fleet")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(released)
+    executor.loader.build_graph()
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO events_event (kind, severity, gpu_index, pci_bus_id, code, name, message_opened, "
+                       "message, first_seen_at, opened_at, last_seen_at, count, claim_name) VALUES ('ingest-silent', "
+                       "'fail', NULL, '', '', '', 'm', 'm', '2026-12-01T00:00:00Z', '2026-12-01T00:00:00Z', "
+                       "'2026-12-01T00:00:00Z', 1, '')")
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    from gpufleet.events.models import Event
+
+    assert list(Event.objects.values_list("kind", "muted")) == [("ingest-silent", "")]
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)

@@ -313,7 +313,6 @@ class Migration(migrations.Migration):
             ],
             options={
                 'ordering': ['node', 'position'],
-                'indexes': [models.Index(condition=models.Q(('status__in', ['warn', 'fail'])), fields=['status'], name='finding_problems')],
                 'constraints': [models.UniqueConstraint(fields=('node', 'code'), name='finding_unique_code_per_node')],
             },
         ),
