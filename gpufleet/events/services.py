@@ -282,13 +282,10 @@ def record_expired_claims(expired: Iterable[tuple[int, str, datetime]], now: dat
 
 
 def record_once(kind: str, severity: str, node_id: int | None, message: str, *, name: str = "", code: str = "",
-                now: datetime | None = None, claim_name: str = "", job_id: int | None = None,
-                node_name: str = "") -> Event:
+                now: datetime | None = None, claim_name: str = "", job_id: int | None = None) -> Event:
     """A one-off event (a key rotated or revoked, a claim released, a fix applied): open
-    and closed at once. `node_name` finds the node where the caller has only its name."""
+    and closed at once."""
     now = now or timezone.now()
-    if node_id is None and node_name:
-        node_id = _node_model().objects.filter(name=node_name).values_list("pk", flat=True).first()
     return Event.objects.create(
         kind=kind, severity=severity, node_id=node_id, code=code[:100], name=name[:200], message_opened=message,
         message=message, first_seen_at=now, opened_at=now, last_seen_at=now, closed_at=now,
@@ -305,12 +302,15 @@ def claim_released(node_id: int, name: str, user=None, now: datetime | None = No
 
 def key_changed(node_name: str, revoked: bool, generation: int | None = None, now: datetime | None = None) -> Event:
     """A node's key rotated (to `generation`) or revoked; the node found by name (a node
-    may be enrolled before its first snapshot: then the event is the site's, named)."""
+    may be enrolled before its first snapshot: then the event is the site's, and its name
+    says whose key it was)."""
+    node_id = _node_model().objects.filter(name=node_name).values_list("pk", flat=True).first()
+    what = "Node key" if node_id is not None else f"Key of {node_name}"
     if revoked:
-        return record_once(Kind.KEY_REVOKED, Severity.WARN, None, f"The key of {node_name} was revoked: nothing it "
-                           "signs is accepted any more", name=node_name, now=now, node_name=node_name)
-    return record_once(Kind.KEY_ROTATED, Severity.INFO, None, f"The key of {node_name} was rotated to generation "
-                       f"{generation}: its agent needs the new one", name=node_name, now=now, node_name=node_name)
+        return record_once(Kind.KEY_REVOKED, Severity.WARN, node_id, f"The key of {node_name} was revoked: nothing it "
+                           "signs is accepted any more", name=f"{what} revoked", now=now)
+    return record_once(Kind.KEY_ROTATED, Severity.INFO, node_id, f"The key of {node_name} was rotated to generation "
+                       f"{generation}: its agent needs the new one", name=f"{what} rotated", now=now)
 
 
 def record_fix(job_id: int, now: datetime | None = None) -> Event | None:

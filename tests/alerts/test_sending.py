@@ -199,7 +199,7 @@ def test_one_off_events_are_sent_at_once_without_a_recovery(alert_settings, chan
         events.key_changed(node.name, revoked=True)
     tick(T0 + timedelta(minutes=1))
     tick(T0 + timedelta(minutes=30))
-    assert webhook.titles() == ["gpufleet: gpu-a01: gpu-a01"]
+    assert webhook.titles() == ["gpufleet: gpu-a01: Node key revoked"]
 
 
 def test_a_failing_channel_is_tried_three_times_then_marked_failing_until_a_send_works(

@@ -91,10 +91,15 @@ def test_a_rotated_and_a_revoked_key_are_events_of_their_node():
     assert not Event.objects.exists()  # a first enrolment changes nothing of a node
     credentials.enroll("n", rotate=True)
     credentials.revoke("n")
-    assert list(Event.objects.order_by("id").values_list("kind", "node", "severity")) == [
-        (Kind.KEY_ROTATED, node.pk, "info"), (Kind.KEY_REVOKED, node.pk, "warn")]
+    assert list(Event.objects.order_by("id").values_list("kind", "node", "severity", "name")) == [
+        (Kind.KEY_ROTATED, node.pk, "info", "Node key rotated"), (Kind.KEY_REVOKED, node.pk, "warn", "Node key revoked")]
+    # A node enrolled before its first snapshot has no row yet: the event is the site's,
+    # and its name says whose key it was.
+    credentials.enroll("later")
+    credentials.enroll("later", rotate=True)
+    assert Event.objects.filter(node=None).values_list("name", flat=True).get() == "Key of later rotated"
     credentials.revoke("n")  # already revoked: nothing new
-    assert Event.objects.count() == 2
+    assert Event.objects.filter(node=node).count() == 2
 
 
 def test_a_finished_fix_is_an_event_with_its_job():
