@@ -105,13 +105,19 @@ def plan(now: datetime | None = None) -> int:
     return sum(len(items) for items in due.values())
 
 
+def _open_or_one_off_since(since: datetime, now: datetime):
+    """The events open now, and the one-off events (opened and closed at once) made
+    since `since`: what planning and muting look at each tick."""
+    one_off = Q(closed_at=F("opened_at"), opened_at__gte=since)
+    return Event.objects.filter(Q(closed_at__isnull=True) | one_off, opened_at__isnull=False, opened_at__lte=now)
+
+
 def _due_opened(rules: list[Rule], now: datetime) -> defaultdict[_Due, list[tuple[int, str]]]:
     """The open events (and recent one-off events) each rule's channels are due to hear
     of now, as opened or repeat notices, by delivery they go in: (event pk, notice). Read
     as plain rows: every tick reads every open event."""
     oldest_rule = min(rule.created_at for rule in rules)
-    one_off = Q(closed_at=F("opened_at"), opened_at__gte=max(oldest_rule, now - ONE_OFF_HORIZON))
-    events = list(Event.objects.filter(Q(closed_at__isnull=True) | one_off, opened_at__isnull=False, opened_at__lte=now)
+    events = list(_open_or_one_off_since(max(oldest_rule, now - ONE_OFF_HORIZON), now)
                   .order_by().values_list("pk", "kind", "severity", "opened_at", "closed_at", "node__name",
                                           "node__gpu_models"))
     due: defaultdict[_Due, list[tuple[int, str]]] = defaultdict(list)
@@ -194,9 +200,7 @@ def mark_muted(now: datetime | None = None) -> int:
     `muted`'s two, and one UPDATE per reason. How many were marked."""
     now = now or timezone.now()
     recent = now - timedelta(seconds=_ONE_OFF_TICKS * settings.GPUFLEET_ALERT_TICK_S)
-    one_off = Q(closed_at=F("opened_at"), opened_at__gte=recent)
-    rows = list(Event.objects.filter(Q(closed_at__isnull=True) | one_off, opened_at__isnull=False, opened_at__lte=now,
-                                     muted=Muted.NO).order_by().values_list("pk", "node__name"))
+    rows = list(_open_or_one_off_since(recent, now).filter(muted=Muted.NO).order_by().values_list("pk", "node__name"))
     if not rows:
         return 0
     why = muted(now)
