@@ -18,11 +18,12 @@ INGEST_TABLES = ("fleet_node", "fleet_device", "fleet_finding", "fleet_devicesam
 
 
 def _indexes(table: str) -> dict[str, tuple[list[str], bool]]:
-    """Each index of `table` but the primary key's: (its columns, whether it is unique)."""
+    """Each index of `table` but the primary key's: (its columns, whether it is unique).
+    Indexes on expressions are left out: their columns are None or none at all."""
     with connection.cursor() as cursor:
         constraints = connection.introspection.get_constraints(cursor, table)
     return {name: (c["columns"], c["unique"]) for name, c in constraints.items()
-            if (c["index"] or c["unique"]) and not c["primary_key"] and all(c["columns"])}
+            if (c["index"] or c["unique"]) and not c["primary_key"] and c["columns"] and all(c["columns"])}
 
 
 @pytest.mark.parametrize("table", INGEST_TABLES)
