@@ -3,8 +3,8 @@ measured in the same run, in a throwaway test database (never the configured one
 
 - ingest through the real path (snapshots appended to the Redis ingest stream and
   stored by real `manage.py ingest` consumers, as launch.ingest starts them, from
-  the backlog they wait in) with one consumer and with SERVICE_CONSUMERS sharing the
-  group, and with one consumer again for a busy fleet
+  the backlog they wait in) with one consumer, with SERVICE_CONSUMERS and with
+  SCALED_CONSUMERS sharing the group, and with one consumer again for a busy fleet
   (every GPU's figures, and so its findings, new in each snapshot, where the
   others repeat the last snapshot's), in-process one at a time and in batches, beside the
   floor: the same rows, built by ingest's own row code and written with COPY and set-based
@@ -74,6 +74,9 @@ BENCH_STREAM = f"gpufleet-bench-{os.getpid()}:ingest"
 # The consumers sharing the group in the second real-path figure (one a core of the
 # 2-core host the figures were first taken on).
 SERVICE_CONSUMERS = 2
+# And more consumers than that, as more hosts would run (docs/scaling.md): on one host,
+# whether the group's rate still grows past the cores or the database holds it.
+SCALED_CONSUMERS = 4
 # Collections the agent's figures are taken over, after its first one (imports, a first
 # look at the host) is done.
 AGENT_CYCLES = 5
@@ -370,7 +373,8 @@ class Bench:
 
     def _ingest_beside_the_floor(self, snapshots: list[dict], start: datetime, repeat: int) -> None:
         """The real path with one consumer (for a fleet whose snapshots repeat the last
-        one's figures, then for a busy one's) and with SERVICE_CONSUMERS, `repeat` times each,
+        one's figures, then for a busy one's), with SERVICE_CONSUMERS and with
+        SCALED_CONSUMERS, `repeat` times each,
         with the COPY floor measured before, between and after them (it writes every row
         whether or not it changed, so its cost is the same for both): each real-path run is
         compared with the floor runs just before and after it, and each figure is the
@@ -384,7 +388,9 @@ class Bench:
         paths = {"ingest_snapshots_per_s": ("ratio_ingest_to_copy_floor", 1, same),
                  "ingest_busy_snapshots_per_s": ("ratio_ingest_busy_to_copy_floor", 1, _busy_rounds(snapshots)),
                  "ingest_service_snapshots_per_s": ("ratio_ingest_service_to_copy_floor",
-                                                    SERVICE_CONSUMERS, same)}
+                                                    SERVICE_CONSUMERS, same),
+                 "ingest_scaled_snapshots_per_s": ("ratio_ingest_scaled_to_copy_floor", SCALED_CONSUMERS, same)}
+        f["ingest_service_consumers"], f["ingest_scaled_consumers"] = SERVICE_CONSUMERS, SCALED_CONSUMERS
         steps = [None, *(step for _ in range(repeat) for key in paths for step in (key, None))]
         rates = []
         for i, key in enumerate(steps):
@@ -606,16 +612,18 @@ class Bench:
         def ms(value):
             return "skipped" if value is None else f"{value:,.1f} ms"
 
-        service = SERVICE_CONSUMERS
+        service, scaled = SERVICE_CONSUMERS, SCALED_CONSUMERS
         ratios = {"ingest_snapshots_per_s": "ratio_ingest_to_copy_floor",
                   "ingest_busy_snapshots_per_s": "ratio_ingest_busy_to_copy_floor",
                   "ingest_service_snapshots_per_s": "ratio_ingest_service_to_copy_floor",
+                  "ingest_scaled_snapshots_per_s": "ratio_ingest_scaled_to_copy_floor",
                   "ingest_one_per_s": "ratio_ingest_one_to_copy_floor",
                   "ingest_batch_per_s": "ratio_ingest_batch_to_copy_floor"}
         for key, label in (("ingest_snapshots_per_s", "ingest, real path (stream, 1 consumer)"),
                            ("ingest_busy_snapshots_per_s",
                             "ingest, real path, 1 consumer, busy fleet (every snapshot's findings new)"),
                            ("ingest_service_snapshots_per_s", f"ingest, real path, {service} consumers"),
+                           ("ingest_scaled_snapshots_per_s", f"ingest, real path, {scaled} consumers"),
                            ("ingest_one_per_s", "ingest in process, one at a time"),
                            ("ingest_batch_per_s", f"ingest in process, batches of {BATCH}")):
             out(f"| {label} | {rate(f.get(key))} | COPY + INSERT ON CONFLICT floor | "
@@ -639,7 +647,8 @@ class Bench:
             "above are medians, each real path's ratio the median of its runs' ratios):")
         out(f"  floor: {', '.join(rate(run) for run in f['ingest_copy_floor_runs_per_s'])}")
         for key, label in (("ingest_snapshots", "1 consumer"), ("ingest_busy_snapshots", "1 consumer, busy"),
-                           ("ingest_service_snapshots", f"{service} consumers")):
+                           ("ingest_service_snapshots", f"{service} consumers"),
+                           ("ingest_scaled_snapshots", f"{scaled} consumers")):
             ratio_runs = f[f"{ratios[key + '_per_s']}_runs"]
             out(f"  {label}: {', '.join(rate(run) for run in f[key + '_runs_per_s'])} "
                 f"(ratios {', '.join(_show(r) for r in ratio_runs)})")
