@@ -128,6 +128,13 @@ WSGI_APPLICATION = "gpufleet.wsgi.application"
 # --bind and --workers of `web`, and of `up` its --bind and --web-workers, override them).
 GPUFLEET_BIND = os.environ.get("GPUFLEET_BIND", "127.0.0.1:8000")
 GPUFLEET_WEB_WORKERS = env_int("GPUFLEET_WEB_WORKERS", 2, minimum=1)
+# Requests each worker serves at once, a thread each (gunicorn's gthread worker): a long
+# export holds one thread, not its worker.
+GPUFLEET_WEB_THREADS = env_int("GPUFLEET_WEB_THREADS", 4, minimum=1)
+# Seconds a worker may go without checking in before gunicorn kills it as stuck. A gthread
+# worker checks in about once a second while its threads serve, so a long response is
+# never killed for its length; under 2 s an idle worker could miss it.
+GPUFLEET_WEB_TIMEOUT = env_int("GPUFLEET_WEB_TIMEOUT", 30, minimum=2)
 
 DATABASES = {
     "default": dj_database_url.parse(

@@ -35,9 +35,12 @@ def agent() -> list[str]:
     return command("agent")
 
 
-def gunicorn(bind: str, workers: int) -> list[str]:
-    """The web, as `manage.py web` runs it."""
+def gunicorn(bind: str, workers: int, threads: int, timeout: int) -> list[str]:
+    """The web, as `manage.py web` runs it: gthread workers, whose main thread keeps
+    checking in with gunicorn while its threads serve, so `timeout` kills a stuck worker,
+    never a long download (a sync worker is killed mid-response and the download cut off)."""
     return [PYTHON, "-m", "gunicorn", "gpufleet.wsgi", "--bind", bind, "--workers", str(workers),
+            "--worker-class", "gthread", "--threads", str(threads), "--timeout", str(timeout),
             "--access-logfile", "-"]
 
 

@@ -95,7 +95,7 @@ def test_the_web_serves_as_the_environment_file_says(monkeypatch, settings):
     ran = []
     monkeypatch.setattr(web.os, "execv", lambda path, argv: ran.append(argv))
     call_command("web")
-    assert ran == [launch.gunicorn("127.0.0.1:8000", 4)]
+    assert ran == [launch.gunicorn("127.0.0.1:8000", 4, settings.GPUFLEET_WEB_THREADS, settings.GPUFLEET_WEB_TIMEOUT)]
 
 
 def test_it_keeps_agent_and_central_on_the_same_data_dir():

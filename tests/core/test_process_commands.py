@@ -20,17 +20,21 @@ def execs(monkeypatch):
 
 def test_web_runs_gunicorn_where_the_settings_say(execs, settings):
     settings.GPUFLEET_BIND, settings.GPUFLEET_WEB_WORKERS = "0.0.0.0:8123", 3
+    settings.GPUFLEET_WEB_THREADS, settings.GPUFLEET_WEB_TIMEOUT = 6, 45
     call_command("web")
     [(path, argv)] = execs
-    assert argv == launch.gunicorn("0.0.0.0:8123", 3) and path == argv[0] == launch.PYTHON
+    assert argv == launch.gunicorn("0.0.0.0:8123", 3, 6, 45) and path == argv[0] == launch.PYTHON
     assert argv[1:4] == ["-m", "gunicorn", "gpufleet.wsgi"]
     assert argv[argv.index("--bind") + 1] == "0.0.0.0:8123" and argv[argv.index("--workers") + 1] == "3"
+    # Threads, not sync workers: a long download must not be killed at the timeout.
+    assert argv[argv.index("--worker-class") + 1] == "gthread"
+    assert argv[argv.index("--threads") + 1] == "6" and argv[argv.index("--timeout") + 1] == "45"
 
 
 def test_web_options_override_the_settings(execs, settings):
     settings.GPUFLEET_BIND, settings.GPUFLEET_WEB_WORKERS = "0.0.0.0:8123", 3
     call_command("web", "--bind", "127.0.0.1:9000", "--workers", "1")
-    assert execs[0][1] == launch.gunicorn("127.0.0.1:9000", 1)
+    assert execs[0][1] == launch.gunicorn("127.0.0.1:9000", 1, settings.GPUFLEET_WEB_THREADS, settings.GPUFLEET_WEB_TIMEOUT)
 
 
 def test_beat_runs_the_central_beat_with_its_housekeeping_worker(execs, settings, tmp_path):

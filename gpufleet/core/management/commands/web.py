@@ -1,5 +1,6 @@
 """`manage.py web`: the site's web, gunicorn serving gpufleet.wsgi (gpufleet/core/launch.py),
-where GPUFLEET_BIND says with GPUFLEET_WEB_WORKERS workers."""
+where GPUFLEET_BIND says with GPUFLEET_WEB_WORKERS workers of GPUFLEET_WEB_THREADS threads
+each, a worker killed when stuck for GPUFLEET_WEB_TIMEOUT seconds."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--workers", type=int, help="worker processes (default GPUFLEET_WEB_WORKERS)")
 
     def handle(self, *args, bind=None, workers=None, **options):
-        argv = launch.gunicorn(bind or settings.GPUFLEET_BIND, workers or settings.GPUFLEET_WEB_WORKERS)
+        argv = launch.gunicorn(bind or settings.GPUFLEET_BIND, workers or settings.GPUFLEET_WEB_WORKERS,
+                               settings.GPUFLEET_WEB_THREADS, settings.GPUFLEET_WEB_TIMEOUT)
         # exec: the pid systemd and `up` watch and signal is gunicorn's own.
         os.execv(argv[0], argv)
