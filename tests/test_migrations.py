@@ -14,6 +14,7 @@ from django.core.management import call_command
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = {app: ["0001_initial"] for app in ("alerts", "api", "audit", "claims", "events", "fleet", "jobs")}
 SHIPPED["events"].append("0002_muted_and_site_events")
+SHIPPED["claims"].append("0002_claim_name_trigram")
 SHIPPED["fleet"] += ["0002_finding_problems", "0003_node_search_trigram"]
 
 
