@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.db.models import Case, Count, Exists, F, Min, OuterRef, Q, Sum, Value, When
-from django.db.models.functions import Coalesce, Greatest, StrIndex, Substr
+from django.db.models.functions import Greatest, StrIndex, Substr
 from django.utils import timezone
 
 from gpufleet import gpu
@@ -27,9 +27,6 @@ _ONLINE = Q(offline=False)
 # A node in maintenance was taken out of service on purpose: it is counted apart, not
 # as failing or offline (`away` is annotated by _nodes()).
 _HERE = Q(away=False)
-# Nodes whose free GPUs a claim could put to use: "find a node" rules out offline,
-# in-maintenance and failing ones (gpufleet/gpu/placement.py), so "GPUs free" leaves them out too.
-_TAKES_WORK = _ONLINE & _HERE & ~Q(health=Health.FAIL)
 
 # A finding's kind, whatever GPU it is about: "gpu3.xid" -> "xid", "lost:0000:9B:00.0" -> "lost".
 _KIND = Case(
@@ -84,21 +81,49 @@ class FleetSummary:
         return Node.objects.annotate(away=in_maintenance_flag(self.now))
 
     @cached_property
-    def tiles(self) -> dict:
-        figures = self._nodes().aggregate(
-            nodes=Count("pk"),
-            nodes_offline=Count("pk", filter=Q(offline=True)),
-            not_reporting=Count("pk", filter=Q(offline=True) & _HERE),
-            maintenance=Count("pk", filter=Q(away=True)),
-            gpus=Coalesce(Sum("gpu_count", filter=_ONLINE), 0),
-            vram_total=Coalesce(Sum("vram_total_mib", filter=_ONLINE), 0),
-            vram_used=Coalesce(Sum("vram_used_mib", filter=_ONLINE), 0),
-            reserved=Coalesce(Sum("gpus_reserved", filter=_ONLINE), 0),
-            free=Coalesce(Sum(Greatest(F("gpu_count") - F("gpus_reserved"), Value(0)), filter=_TAKES_WORK), 0),
-            lost=Coalesce(Sum("gpus_lost"), 0),
-            failing=Count("pk", filter=_ONLINE & _HERE & Q(health=Health.FAIL)),
-            warning=Count("pk", filter=_ONLINE & _HERE & Q(health=Health.WARN)),
+    def _groups(self) -> list[dict]:
+        """The fleet's figures by node state and versions: the one scan of the nodes that
+        the tiles, both drift findings and the driver filter's options are summed from
+        (a handful of rows: a fleet runs few versions)."""
+        return list(
+            self._nodes()
+            .values("offline", "away", "health", "present", "driver_version", "toolkit_version")
+            .annotate(nodes=Count("pk"), gpus=Sum("gpu_count"), vram_total=Sum("vram_total_mib"),
+                      vram_used=Sum("vram_used_mib"), reserved=Sum("gpus_reserved"),
+                      free=Sum(Greatest(F("gpu_count") - F("gpus_reserved"), Value(0))), lost=Sum("gpus_lost"))
+            .order_by()
         )
+
+    @cached_property
+    def driver_versions(self) -> list[str]:
+        """Every driver version the fleet runs (offline nodes too), for the driver filter."""
+        return sorted({g["driver_version"] for g in self._groups if g["driver_version"]})
+
+    @cached_property
+    def tiles(self) -> dict:
+        groups = self._groups
+        online = [g for g in groups if not g["offline"]]
+        here = [g for g in online if not g["away"]]
+
+        def total(rows, key="nodes"):
+            return sum(g[key] for g in rows)
+
+        figures = {
+            "nodes": total(groups),
+            "nodes_offline": total(g for g in groups if g["offline"]),
+            "not_reporting": total(g for g in groups if g["offline"] and not g["away"]),
+            "maintenance": total(g for g in groups if g["away"]),
+            "gpus": total(online, "gpus"),
+            "vram_total": total(online, "vram_total"),
+            "vram_used": total(online, "vram_used"),
+            "reserved": total(online, "reserved"),
+            # Only GPUs a claim could put to use: "find a node" rules out offline, in-maintenance
+            # and failing nodes (gpufleet/gpu/placement.py), so "GPUs free" leaves them out too.
+            "free": total((g for g in here if g["health"] != Health.FAIL), "free"),
+            "lost": total(groups, "lost"),
+            "failing": total(g for g in here if g["health"] == Health.FAIL),
+            "warning": total(g for g in here if g["health"] == Health.WARN),
+        }
         figures["online"] = figures["nodes"] - figures["nodes_offline"]
         # Nodes that stopped reporting (not in maintenance) are a problem like failing
         # ones; above GPUFLEET_OFFLINE_ALARM_PERCENT of the fleet, the loudest one.
@@ -181,15 +206,14 @@ class FleetSummary:
 
     @cached_property
     def _versions(self) -> list[dict]:
-        """Online nodes by driver and toolkit version: one scan for both drift findings
-        (a handful of rows: a fleet runs few versions). Online only: what an offline
-        node reported last may be long out of date."""
-        return list(
-            Node.objects.filter(_ONLINE, present=True)
-            .values("driver_version", "toolkit_version")
-            .annotate(n=Count("pk"))
-            .order_by()
-        )
+        """Online nodes by driver and toolkit version, for both drift findings. Online
+        only: what an offline node reported last may be long out of date."""
+        counts: dict[tuple[str, str], int] = {}
+        for g in self._groups:
+            if not g["offline"] and g["present"]:
+                key = (g["driver_version"], g["toolkit_version"])
+                counts[key] = counts.get(key, 0) + g["nodes"]
+        return [{"driver_version": d, "toolkit_version": t, "n": n} for (d, t), n in counts.items()]
 
     def _drift(self, column: str, param: str, title: str, shorten=str) -> FleetFinding | None:
         counts: dict[str, int] = {}

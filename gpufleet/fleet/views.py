@@ -40,8 +40,11 @@ def fleet(request, partial: str = "node-table"):
     value lists no node and is shown at its field and above the table, with 200
     so HTMX swaps it in."""
     now = timezone.now()
-    # The table shows a node in maintenance as such (a join, no query of its own).
-    node_filter = NodeFilter(request.GET, queryset=Node.objects.annotate(maintenance_until=F("maintenance__until")))
+    summary = FleetSummary(now)
+    # The table shows a node in maintenance as such (a join, no query of its own); the
+    # driver select's versions come from the summary's scan of the fleet.
+    node_filter = NodeFilter(request.GET, queryset=Node.objects.annotate(maintenance_until=F("maintenance__until")),
+                             driver_versions=lambda: summary.driver_versions)
     query = clean_query(request.GET)
     summary_only = partial == "fleet-summary" and wants_fragment(request)
     context = {
@@ -51,7 +54,7 @@ def fleet(request, partial: str = "node-table"):
         "table_url": _with_query(reverse("fleet:overview"), query),
         "page": None if summary_only else paginate(node_filter, request.GET.get("page")),
         # Queried only when a template reads it: the table fragment never does.
-        "summary": FleetSummary(now),
+        "summary": summary,
         "now": now,
         "offline_alarm_percent": f"{settings.GPUFLEET_OFFLINE_ALARM_PERCENT:g}",
     }

@@ -256,15 +256,14 @@ def test_it_refuses_post(operator_client, make_fleet):
 
 
 # Query counts must not grow with the fleet. Every request: session, user,
-# permissions (user, groups). Then the filter form's driver versions (full page
-# only: the fragments do not draw the form); the table: count, page; the summary:
-# tiles, failing and warning nodes' problems, offline nodes, problems by cause,
-# driver and toolkit drift (one query for both), vanished GPUs, claims naming
-# missing GPUs, failing alert channels. Maintenance is a join or a subquery of these,
-# never a query.
-FULL_PAGE_QUERIES = 16
+# permissions (user, groups). Then the table: count, page; the summary: the fleet by
+# state and versions (tiles, driver and toolkit drift and the filter form's driver
+# versions, all from one scan), failing and warning nodes' problems, offline nodes,
+# problems by cause, vanished GPUs, claims naming missing GPUs, failing alert
+# channels. Maintenance is a join or a subquery of these, never a query.
+FULL_PAGE_QUERIES = 14
 TABLE_QUERIES = 6
-SUMMARY_QUERIES = 13
+SUMMARY_QUERIES = 12
 
 
 @pytest.mark.django_db
