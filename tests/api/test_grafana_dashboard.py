@@ -121,3 +121,14 @@ def test_the_datasource_is_a_variable_and_the_node_variable_reads_a_served_metri
             assert all(t["datasource"]["uid"] == "${datasource}" for t in panel["targets"]), panel["title"]
     metric, label = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", variables["node"]["query"]["query"]).groups()
     assert label in served[metric]
+
+
+def test_every_per_gpu_family_is_drawn_by_a_panel(served):
+    """Per-GPU series are most of a large fleet's scrape: one that no panel draws should
+    not be served per GPU (aggregate it per node or fleet-wide, or drop it)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    drawn = set().union(*(parse(target["expr"])[0] for panel in _panels(dashboard["panels"])
+                          for target in panel.get("targets", [])))
+    per_gpu = {name for name, labels in served.items() if "gpu" in labels}
+    assert per_gpu == {name for name, _ in metrics._GPU_FAMILIES}
+    assert not per_gpu - drawn, f"served per GPU but drawn by no panel: {sorted(per_gpu - drawn)}"
