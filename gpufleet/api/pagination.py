@@ -1,18 +1,20 @@
 """The API lists' pages: `?page=` numbers, PAGE_SIZE rows each, in the envelope the
-lists have always had (count, page, pages, next, previous, results)."""
+lists have always had (count, page, pages, next, previous, results), and `estimated`:
+a list of more rows than gpufleet.core.paging counts gives the database's estimate."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from django.core.paginator import EmptyPage, Paginator
+from django.core.paginator import EmptyPage
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from ninja import Field, Schema
 from ninja.pagination import PaginationBase
 
 from gpufleet.api.errors import ApiError
+from gpufleet.core.paging import ESTIMATE_FROM, ListPaginator
 
 PAGE_SIZE = 100
 
@@ -29,6 +31,10 @@ class Pages(PaginationBase):
 
     class Output(Schema):
         count: int = Field(description="rows in all pages")
+        estimated: bool = Field(
+            description=f"count and pages are the database's estimate: the list holds over {ESTIMATE_FROM:,} rows; "
+            "follow next to the end"
+        )
         page: int
         pages: int
         next: str | None = Field(description="the next page's URL; null on the last")
@@ -42,7 +48,7 @@ class Pages(PaginationBase):
         self.serialize = serialize
 
     def paginate_queryset(self, queryset: QuerySet, pagination: PageQuery, request: HttpRequest, **params: Any) -> dict:
-        paginator = Paginator(queryset, PAGE_SIZE)
+        paginator = ListPaginator(queryset, PAGE_SIZE)
         try:
             page = paginator.page(pagination.page)
         except EmptyPage:
@@ -55,6 +61,7 @@ class Pages(PaginationBase):
 
         return {
             "count": paginator.count,
+            "estimated": paginator.estimated,
             "page": page.number,
             "pages": paginator.num_pages,
             "next": link(page.next_page_number()) if page.has_next() else None,

@@ -13,7 +13,6 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -31,6 +30,7 @@ from gpufleet.claims.placement import RULED_OUT_SHOWN, fleet_placement
 from gpufleet.core import downloads
 from gpufleet.core.access import EDIT_CLAIMS, VIEW, can, requires
 from gpufleet.core.htmx import render_page, wants_fragment
+from gpufleet.core.paging import ListPaginator
 from gpufleet.core.querystring import clean_query
 from gpufleet.fleet.models import Device, Node
 
@@ -273,7 +273,7 @@ def claim_list(request: HttpRequest) -> HttpResponse:
     table, with 200 so HTMX swaps it in."""
     claims = Claim.objects.select_related("node", "created_by", "owner").order_by("node__name", "name")
     claim_filter = ClaimFilter(request.GET, queryset=claims)
-    page = Paginator(claim_filter.qs, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    page = ListPaginator(claim_filter.qs, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
     query = clean_query(request.GET)
     query.pop("page", None)
     context = {
@@ -398,7 +398,7 @@ def claims_vs_use(request: HttpRequest) -> HttpResponse:
     """Where the claims and the work on the GPUs disagree, fleet-wide: used but
     unclaimed, running outside its claim, claimed but idle (found at ingest)."""
     use_filter = use.UseFilter(request.GET, queryset=use.findings())
-    page = Paginator(use_filter.qs, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    page = ListPaginator(use_filter.qs, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
     query = clean_query(request.GET)
     query.pop("page", None)
     context = {

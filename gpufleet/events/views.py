@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -14,6 +13,7 @@ from django.views.decorators.http import require_GET
 from gpufleet.core import downloads
 from gpufleet.core.access import VIEW, requires
 from gpufleet.core.htmx import render_page, wants_fragment
+from gpufleet.core.paging import ListPaginator
 from gpufleet.core.querystring import clean_query
 from gpufleet.events import services
 from gpufleet.events.filters import EventFilter, listed
@@ -29,7 +29,7 @@ COLUMNS = ["id", "kind", "severity", "node", "gpu_index", "pci_bus_id", "code", 
 def events(request: HttpRequest) -> HttpResponse:
     """An invalid filter value lists no event and is shown at its field and above the table."""
     event_filter = EventFilter(request.GET, queryset=listed())
-    page = Paginator(event_filter.qs, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
+    page = ListPaginator(event_filter.qs, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
     query = clean_query(request.GET)
     exported = query.copy()
     exported.pop("page", None)
