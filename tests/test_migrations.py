@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHIPPED = {app: ["0001_initial"] for app in ("alerts", "api", "audit", "claims", "events", "fleet", "jobs")}
 SHIPPED["events"].append("0002_muted_and_site_events")
 SHIPPED["claims"].append("0002_claim_name_trigram")
-SHIPPED["fleet"] += ["0002_finding_problems", "0003_node_search_trigram"]
+SHIPPED["fleet"] += ["0002_finding_problems", "0003_node_search_trigram", "0004_node_rollups"]
 
 
 def _migrations() -> dict[str, list[Path]]:
@@ -66,3 +66,43 @@ def test_a_database_of_0_1_0_migrates_to_now_keeping_its_events():
 
     assert list(Event.objects.values_list("kind", "muted")) == [("ingest-silent", "")]
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rollups_kept_per_gpu_survive_the_upgrade_to_one_row_per_node(viewer_client):
+    # A five-minute rollup of one GPU as fleet 0003 kept them (a row per GPU), then forward:
+    # the node page's 24 h chart still shows it; and back again, the row comes back.
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+    from django.utils import timezone
+
+    from tests.factories import ingest
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("fleet", "0003_node_search_trigram")])
+    node = ingest("alpha", 2)
+    gpu = node.devices.get(index=0)
+    bucket = (timezone.now() - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO fleet_devicesample5m (device_id, bucket, samples, vram_used_mib_min, vram_used_mib_avg,"
+                       " vram_used_mib_max, utilization_percent_min, utilization_percent_avg, utilization_percent_max,"
+                       " temperature_c_min, temperature_c_avg, temperature_c_max, power_draw_w_min, power_draw_w_avg,"
+                       " power_draw_w_max) VALUES (%s, %s, 10, 1000, 1500.5, 2000, 5, 40.5, 77, NULL, NULL, NULL,"
+                       " 100.0, 200.25, 300.0)", [gpu.pk, bucket])
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    page = viewer_client.get("/nodes/alpha/", {"range": "24h"}).content.decode()
+    assert "GPU 0, 24h, 11 samples" in page  # the rollup's 10 and the sample ingested now
+    assert "util. peak 77 %" in page and "power peak 300 W" in page
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("fleet", "0003_node_search_trigram")])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT device_id, samples, vram_used_mib_avg, utilization_percent_max, temperature_c_avg,"
+                       " power_draw_w_avg FROM fleet_devicesample5m")
+        assert cursor.fetchall() == [(gpu.pk, 10, 1500.5, 77, None, 200.25)]
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())

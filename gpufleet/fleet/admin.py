@@ -4,11 +4,11 @@ from gpufleet.core.admin_readonly import ReadOnlyAdmin, ReadOnlyTabularInline
 from gpufleet.fleet.models import (
     Device,
     DeviceSample,
-    DeviceSample1h,
-    DeviceSample5m,
     Finding,
     Node,
     NodeCredential,
+    NodeRollup1h,
+    NodeRollup5m,
     XidAcknowledgement,
 )
 from gpufleet.fleet.vanished import forget_vanished
@@ -72,17 +72,20 @@ class DeviceSampleAdmin(ReadOnlyAdmin):
     date_hierarchy = "collected_at"
 
 
-class SampleRollupAdmin(ReadOnlyAdmin):
-    """Rollups are made by the housekeeping only."""
+class NodeRollupAdmin(ReadOnlyAdmin):
+    """Rollups are made by the housekeeping only; their figures are packed (gpu/rollups.py)."""
 
-    list_display = ["device", "bucket", "samples", "utilization_percent_avg", "utilization_percent_max",
-                    "vram_used_mib_max", "temperature_c_max", "power_draw_w_max"]
-    list_select_related = ["device__node"]
-    search_fields = ["device__node__name", "device__uuid"]
+    list_display = ["node", "bucket", "gpu_count"]
+    list_select_related = ["node"]
+    search_fields = ["node__name"]
+
+    @admin.display(description="GPUs")
+    def gpu_count(self, rollup) -> int:
+        return len(rollup.gpus())
 
 
-admin.site.register(DeviceSample5m, SampleRollupAdmin)
-admin.site.register(DeviceSample1h, SampleRollupAdmin)
+admin.site.register(NodeRollup5m, NodeRollupAdmin)
+admin.site.register(NodeRollup1h, NodeRollupAdmin)
 
 
 @admin.register(XidAcknowledgement)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+from gpufleet.gpu import rollups
+
 WIDTH, HEIGHT, PAD = 240, 48, 2
 BUCKETS = 120
 MAX_GAP = timedelta(minutes=15)
@@ -47,8 +49,8 @@ class Sample(NamedTuple):
         return getattr(self, measure) if highest is None else highest
 
 
-# What a sample measures, and the field of each one's maximum in a rollup.
-MEASURES = ("vram_used_mib", "utilization_percent", "temperature_c", "power_draw_w")
+# What a sample measures (in the rollups' order), and the field of each one's maximum in a rollup.
+MEASURES = rollups.MEASURES
 _HIGHEST = {measure: f"{measure}_max" for measure in MEASURES}
 
 

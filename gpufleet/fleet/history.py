@@ -1,19 +1,25 @@
 """Per-GPU history that stays small: raw samples for a few hours, five-minute
 rollups for days, hourly rollups for months, each with its own retention setting.
 
-The central beat's housekeeping rolls finished buckets up (raw -> 5 min -> 1 h)
-with one set-based INSERT ... SELECT ... GROUP BY per series, and throws away what
-each series keeps no longer (by dropping partitions on PostgreSQL, see
-partitions.py). A chart reads the coarsest series that still gives each of its
-columns a point over its whole range, so what the node page reads depends on the
-range and the GPU count, never on how much history is stored."""
+A rollup row holds one node's GPUs over one bucket, packed (gpufleet/gpu/rollups.py
+says how). The central beat's housekeeping rolls each finished bucket up once, GRACE
+after it ends (raw -> 5 min -> 1 h): the five-minute roll is one GROUP BY over the
+bucket's raw samples, packed per node here; the hourly one combines each node's twelve
+five-minute rows. It throws away what each series keeps no longer (by dropping
+partitions on PostgreSQL, see partitions.py). A chart reads the coarsest series that
+still gives each of its columns a point over its whole range, and the stretch that
+series has not rolled yet from the finer one, so what the node page reads depends on
+the range and the GPU count, never on how much history is stored."""
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import groupby
+from operator import itemgetter
 
 from django.conf import settings
 from django.db import connection, models, transaction
@@ -21,15 +27,21 @@ from django.db.models import Max, Min
 from django.utils import timezone
 
 from gpufleet.fleet import charts, partitions
-from gpufleet.fleet.models import DeviceSample, DeviceSample1h, DeviceSample5m
+from gpufleet.fleet.models import Device, DeviceSample, Node, NodeRollup1h, NodeRollup5m
+from gpufleet.gpu import rollups
 
 log = logging.getLogger(__name__)
 
 # The beat rolls every five minutes (settings.CELERY_BEAT_SCHEDULE "roll-history").
 ROLL_EVERY = timedelta(minutes=5)
-# At most this many buckets per series and run: a beat that stopped for a while
-# catches up twelve times faster than time passes, in statements of bounded size.
+# A bucket is rolled once, this long after it ends: a snapshot collected at its end
+# has been ingested by then (one collect interval, and a margin for the queue).
+GRACE = timedelta(minutes=2)
+# At most this many buckets per series and run, each in statements of bounded size: a
+# beat that stopped for a while catches up twelve times faster than time passes.
 ROLL_AT_MOST = 12
+# Nodes per statement of the hourly roll, and per INSERT of either.
+NODES_AT_ONCE = 1000
 
 
 @dataclass(frozen=True)
@@ -61,8 +73,8 @@ class Series:
 
 
 RAW = Series("raw", DeviceSample, "collected_at", "GPUFLEET_HISTORY_RAW_HOURS", timedelta(hours=1))
-FIVE_MINUTES = Series("5m", DeviceSample5m, "bucket", "GPUFLEET_HISTORY_5M_DAYS", timedelta(days=1), source=RAW)
-HOURLY = Series("1h", DeviceSample1h, "bucket", "GPUFLEET_HISTORY_HOURLY_DAYS", timedelta(days=1), source=FIVE_MINUTES)
+FIVE_MINUTES = Series("5m", NodeRollup5m, "bucket", "GPUFLEET_HISTORY_5M_DAYS", timedelta(days=1), source=RAW)
+HOURLY = Series("1h", NodeRollup1h, "bucket", "GPUFLEET_HISTORY_HOURLY_DAYS", timedelta(days=1), source=FIVE_MINUTES)
 SERIES = (RAW, FIVE_MINUTES, HOURLY)  # finest first
 
 
@@ -84,85 +96,121 @@ def prepare_partitions(now: datetime | None = None, since: datetime | None = Non
 
 
 def roll(now: datetime | None = None) -> dict[str, int]:
-    """Roll the finished buckets up: raw samples into five-minute rollups, those into
-    hourly ones. Returns the rollup rows written (new or rewritten) per series."""
+    """Roll the buckets that are final up, each once: raw samples into five-minute
+    rollups, those into hourly ones, at most ROLL_AT_MOST buckets each. Returns the
+    rollup rows (one per node) written per series."""
     now = now or timezone.now()
+    written = {}
     with transaction.atomic():
-        return {series.name: _roll(series, now) for series in (FIVE_MINUTES, HOURLY)}
+        for series in (FIVE_MINUTES, HOURLY):
+            step = series.resolution
+            start = partitions.floor(now - series.source.kept, step)
+            last = series.model.objects.aggregate(last=Max("bucket"))["last"]
+            if last is not None:
+                start = max(start, last + step)
+            final = partitions.floor(_final_until(series.source, now), step)
+            written[series.name] = _roll(series, start, final, ROLL_AT_MOST)
+    return written
 
 
-def _roll(series: Series, now: datetime) -> int:
+def roll_between(start: datetime, end: datetime) -> dict[str, int]:
+    """Roll every bucket from `start` that is final at `end`, those rolled already too,
+    for history written into the past (gpufleet/tools/backfill.py): a node's rollup of a
+    bucket rolled before stays as it was."""
+    with transaction.atomic():
+        return {series.name: _roll(series, start, partitions.floor(end - GRACE, series.resolution), None)
+                for series in (FIVE_MINUTES, HOURLY)}
+
+
+def _roll(series: Series, start: datetime, final: datetime, at_most: int | None) -> int:
+    """Roll `series`' buckets from `start` on that end by `final`, but those its source
+    has nothing in (a silent fleet, a stopped beat's gap), at most `at_most` of them."""
     source, step = series.source, series.resolution
-    last = series.model.objects.aggregate(last=Max("bucket"))["last"]
-    if last is not None:
-        # The last bucket is rolled again: samples that arrived late (a snapshot in
-        # flight at the bucket's end) count too. Each bucket is rewritten, never added to.
-        start, first_new = last, last + step
-    else:
-        oldest = source.model.objects.aggregate(oldest=Min(source.time_field))["oldest"]
-        if oldest is None:
-            return 0
-        start = first_new = partitions.floor(oldest, step)
-    start = max(start, partitions.floor(now - source.kept, step))
-    end = min(partitions.floor(_covered_until(source, now), step), max(start, first_new) + ROLL_AT_MOST * step)
-    if start >= end:
-        return 0
-    sql = (
-        f"INSERT INTO {connection.ops.quote_name(series.table)} (device_id, bucket, samples, {_ROLLUP_COLUMNS})"
-        f" SELECT device_id, {_bucket_sql(source.time_field, step)}, {_count_sql(source)}, "
-        + ", ".join(", ".join(_measure_sql(source, m)) for m in DeviceSample.MEASURES)
-        + f" FROM {connection.ops.quote_name(source.table)} WHERE {source.time_field} >= %s AND {source.time_field} < %s"
-        f" GROUP BY 1, 2 {_UPSERT}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [connection.ops.adapt_datetimefield_value(start), connection.ops.adapt_datetimefield_value(end)])
-        return cursor.rowcount
+    written = rolled = 0
+    while at_most is None or rolled < at_most:
+        first = source.model.objects.filter(**{f"{source.time_field}__gte": start}).aggregate(
+            first=Min(source.time_field))["first"]
+        if first is None:
+            break
+        bucket = partitions.floor(first, step)
+        if bucket + step > final:
+            break
+        written += _roll_raw(bucket) if source is RAW else _roll_hour(bucket)
+        rolled, start = rolled + 1, bucket + step
+    return written
 
 
-def _covered_until(source: Series, now: datetime) -> datetime:
-    """Until when `source` is complete: now for the raw samples, the end of the last
-    rolled bucket for a rollup."""
+def _final_until(source: Series, now: datetime) -> datetime:
+    """Until when `source` holds all it will: GRACE ago for the raw samples, the end of
+    the last rolled bucket for a rollup."""
     if source is RAW:
-        return now
+        return now - GRACE
     last = source.model.objects.aggregate(last=Max("bucket"))["last"]
     return last + source.resolution if last is not None else now - source.kept
 
 
-def _epoch_sql(column: str, step: timedelta) -> str:
-    """The start, in Unix seconds, of the `step`-long bucket (from the epoch) that holds `column`."""
-    seconds = int(step.total_seconds())
-    if connection.vendor == "postgresql":
-        return f"CAST(floor(extract(epoch FROM {column}) / {seconds}) * {seconds} AS bigint)"
-    # SQLite keeps datetimes as UTC text. ('%%s': the statement goes out with
-    # parameters, so a literal % is doubled.)
-    return f"CAST(strftime('%%s', {column}) AS INTEGER) / {seconds} * {seconds}"
+def _roll_raw(bucket: datetime) -> int:
+    """The five-minute rollups of `bucket`: the database groups its raw samples by GPU
+    (in node order), each node's GPUs are packed into its row."""
+    q = connection.ops.quote_name
+    sql = (
+        "SELECT d.node_id, s.device_id, COUNT(*), "
+        + ", ".join(", ".join(_measure_sql(m, "s.")) for m in DeviceSample.MEASURES)
+        + f" FROM {q(RAW.table)} s JOIN {q(Device._meta.db_table)} d ON d.id = s.device_id"
+        " WHERE s.collected_at >= %s AND s.collected_at < %s GROUP BY d.node_id, s.device_id ORDER BY 1, 2"
+    )
+    adapt = connection.ops.adapt_datetimefield_value
+    # A server-side cursor on PostgreSQL: the fleet's GPUs stream through, a node at a time.
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(sql, [adapt(bucket), adapt(bucket + FIVE_MINUTES.resolution)])
+        nodes = (
+            (node_id, [(device_id, samples, figures) for _, device_id, samples, *figures in gpus])
+            for node_id, gpus in groupby(_fetched(cursor), itemgetter(0))
+        )
+        return _write(FIVE_MINUTES, bucket, nodes)
 
 
-def _bucket_sql(column: str, step: timedelta) -> str:
-    """The same bucket start as a datetime, as the rollup tables keep it."""
-    if connection.vendor == "postgresql":
-        return f"to_timestamp({_epoch_sql(column, step)})"
-    return f"datetime({_epoch_sql(column, step)}, 'unixepoch')"
+def _roll_hour(bucket: datetime) -> int:
+    """The hourly rollups of `bucket`, from each node's five-minute rows in it, read
+    NODES_AT_ONCE nodes at a time."""
+    node_ids = list(Node.objects.order_by("pk").values_list("pk", flat=True))
+    end = bucket + HOURLY.resolution
+    written = 0
+    for at in range(0, len(node_ids), NODES_AT_ONCE):
+        rows = NodeRollup5m.objects.filter(
+            node_id__in=node_ids[at:at + NODES_AT_ONCE], bucket__gte=bucket, bucket__lt=end,
+        ).order_by("node_id", "bucket").values_list("node_id", "figures")
+        written += _write(HOURLY, bucket, (
+            (node_id, _combined(figures for _, figures in parts)) for node_id, parts in groupby(rows, itemgetter(0))
+        ))
+    return written
 
 
-def _count_sql(source: Series) -> str:
-    return "COUNT(*)" if source is RAW else "SUM(samples)"
+def _combined(packed: Iterable[bytes]) -> list[tuple[int, int, list[float]]]:
+    """One node's GPUs over consecutive buckets (packed, one value a bucket), combined."""
+    by_gpu: dict[int, list[tuple[int, tuple[float, ...]]]] = defaultdict(list)
+    for data in packed:
+        for gpu in rollups.unpack(data):
+            by_gpu[gpu.device_id].append((gpu.samples, gpu.figures))
+    return [(device_id, *rollups.combine(parts)) for device_id, parts in by_gpu.items()]
 
 
-def _measure_sql(source: Series, measure: str) -> tuple[str, str, str]:
-    """The minimum, mean and maximum of `measure` over a group of `source` rows. Of
-    rollups, the mean is their means weighted by their sample counts (exact unless a
-    measure was missing from only some samples of a bucket)."""
-    if source is RAW:
-        return f"MIN({measure})", f"CAST(AVG({measure}) AS DOUBLE PRECISION)", f"MAX({measure})"
-    weighted = f"SUM({measure}_avg * samples) / SUM(CASE WHEN {measure}_avg IS NOT NULL THEN samples END)"
-    return f"MIN({measure}_min)", weighted, f"MAX({measure}_max)"
+def _write(series: Series, bucket: datetime, nodes: Iterable[tuple[int, list]]) -> int:
+    """One row of `series` per (node id, its GPUs' rollups), NODES_AT_ONCE per INSERT;
+    a node's row there already (a run beside this one, a backfill) is left as it is."""
+    model, written, batch = series.model, 0, []
+    for node_id, gpus in nodes:
+        batch.append(model(node_id=node_id, bucket=bucket, figures=rollups.pack(gpus)))
+        if len(batch) == NODES_AT_ONCE:
+            model.objects.bulk_create(batch, ignore_conflicts=True)
+            written, batch = written + len(batch), []
+    model.objects.bulk_create(batch, ignore_conflicts=True)
+    return written + len(batch)
 
 
-_ROLLUP_COLUMNS = ", ".join(f"{m}_min, {m}_avg, {m}_max" for m in DeviceSample.MEASURES)
-_UPSERT = "ON CONFLICT (device_id, bucket) DO UPDATE SET samples = excluded.samples, " + ", ".join(
-    f"{m}_{s} = excluded.{m}_{s}" for m in DeviceSample.MEASURES for s in ("min", "avg", "max")
-)
+def _fetched(cursor) -> Iterator[tuple]:
+    while rows := cursor.fetchmany(2000):
+        yield from rows
 
 
 @dataclass(frozen=True)
@@ -207,50 +255,98 @@ def series_for(span: timedelta) -> Series:
 
 
 def tail(series: Series) -> timedelta:
-    """How far back a rollup may lag its source: its last bucket ends up to one
-    resolution before now and is rolled up to one beat period later."""
-    return 2 * series.resolution + ROLL_EVERY
+    """How far back a rollup may lag now: a bucket is rolled once its source holds all
+    of it (GRACE after its end, for the raw samples), at the next beat."""
+    lag = GRACE + ROLL_EVERY if series.source is RAW else tail(series.source)
+    return series.resolution + lag
 
 
-def chart_samples(device_ids: list[int], start: datetime, now: datetime) -> dict[int, list[charts.Sample]]:
+def chart_samples(devices: list[Device], start: datetime, now: datetime) -> dict[int, list[charts.Sample]]:
     """Each device's history from `start` to `now`, oldest first, as at most one point
-    per chart column (the database groups the rows). From the series that fits the
-    span, in one query; for a rollup, the stretch it may not have rolled yet (its
-    `tail`) comes from its source in a second query, so the chart reaches up to now."""
+    per chart column, by device id. From the series that fits the span, in one query;
+    for a rollup, the stretch it may not have rolled yet (its `tail`, from a whole
+    bucket on) comes from its source in a second query, so the chart reaches up to now."""
     series = series_for(now - start)
     column = max(timedelta(seconds=int((now - start).total_seconds() / charts.BUCKETS)), timedelta(seconds=1))
     if series.source is None:
-        return _read(series, device_ids, start, None, column, start)
-    tail_start = max(start, now - tail(series))
-    found = _read(series, device_ids, start, tail_start, column, start)
-    for device_id, samples in _read(series.source, device_ids, tail_start, None, column, start).items():
+        return _read_raw(devices, start, None, column, start)
+    tail_start = max(start, partitions.floor(now - tail(series), series.resolution))
+    found = _read_rollups(series, devices, start, tail_start, column, start)
+    if series.source is RAW:
+        more = _read_raw(devices, tail_start, None, column, start)
+    else:
+        more = _read_rollups(series.source, devices, tail_start, None, column, start)
+    for device_id, samples in more.items():
         found[device_id].extend(samples)
     return found
 
 
-def _read(series: Series, device_ids: list[int], since: datetime, until: datetime | None, column: timedelta,
-          start: datetime) -> defaultdict[int, list[charts.Sample]]:
-    """`series` rows of the devices from `since` until before `until` (None: no end),
-    grouped into `column`-long stretches: their sample count, means and maxima."""
+def _read_rollups(series: Series, devices: list[Device], since: datetime, until: datetime | None,
+                  column: timedelta, start: datetime) -> defaultdict[int, list[charts.Sample]]:
+    """`series` rows of the devices' nodes from `since` until before `until` (None: no
+    end), each GPU's combined into `column`-long stretches: their sample count, means
+    and maxima."""
     found: defaultdict[int, list[charts.Sample]] = defaultdict(list)
-    if not device_ids:
+    if not devices:
         return found
-    time = series.time_field
-    measures = [_measure_sql(series, m) for m in DeviceSample.MEASURES]
+    rows = series.model.objects.filter(node_id__in={d.node_id for d in devices}, bucket__gte=since)
+    if until is not None:
+        rows = rows.filter(bucket__lt=until)
+    wanted = {d.pk for d in devices}
+    seconds = int(column.total_seconds())
+    stretches: defaultdict[tuple[int, int], list[tuple[int, tuple[float, ...]]]] = defaultdict(list)
+    for bucket, packed in rows.values_list("bucket", "figures"):
+        epoch = int(bucket.timestamp()) // seconds * seconds
+        for gpu in rollups.unpack(packed):
+            if gpu.device_id in wanted:
+                stretches[gpu.device_id, epoch].append((gpu.samples, gpu.figures))
+    for (device_id, epoch), parts in sorted(stretches.items()):
+        gpu = rollups.Gpu(device_id, *rollups.combine(parts))
+        # The first stretch may begin before the chart does: it is drawn at its start.
+        at = max(datetime.fromtimestamp(epoch, UTC), start)
+        found[device_id].append(charts.Sample(at, *gpu.means(), gpu.samples, *gpu.maxima()))
+    return found
+
+
+def _read_raw(devices: list[Device], since: datetime, until: datetime | None, column: timedelta,
+              start: datetime) -> defaultdict[int, list[charts.Sample]]:
+    """Raw samples of the devices from `since` until before `until` (None: no end),
+    grouped by the database into `column`-long stretches: their count, means and maxima."""
+    found: defaultdict[int, list[charts.Sample]] = defaultdict(list)
+    if not devices:
+        return found
+    time = RAW.time_field
+    measures = [_measure_sql(m) for m in DeviceSample.MEASURES]
     sql = (
-        f"SELECT device_id, {_epoch_sql(time, column)}, {_count_sql(series)}, "
+        f"SELECT device_id, {_epoch_sql(time, column)}, COUNT(*), "
         + ", ".join(avg for _, avg, _ in measures) + ", " + ", ".join(high for _, _, high in measures)
-        + f" FROM {connection.ops.quote_name(series.table)} WHERE {time} >= %s"
+        + f" FROM {connection.ops.quote_name(RAW.table)} WHERE {time} >= %s"
         + (f" AND {time} < %s" if until is not None else "")
-        + f" AND device_id IN ({', '.join(['%s'] * len(device_ids))}) GROUP BY 1, 2 ORDER BY 1, 2"
+        + f" AND device_id IN ({', '.join(['%s'] * len(devices))}) GROUP BY 1, 2 ORDER BY 1, 2"
     )
     adapt = connection.ops.adapt_datetimefield_value
     bounds = [adapt(since)] + ([adapt(until)] if until is not None else [])
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*bounds, *device_ids])
+        cursor.execute(sql, [*bounds, *(d.pk for d in devices)])
         rows = cursor.fetchall()
     for device_id, epoch, count, *values in rows:
         # The first stretch may begin before the chart does: it is drawn at its start.
         at = max(datetime.fromtimestamp(epoch, UTC), start)
         found[device_id].append(charts.Sample(at, *values[:4], count, *values[4:]))
     return found
+
+
+def _epoch_sql(column: str, step: timedelta) -> str:
+    """The start, in Unix seconds, of the `step`-long bucket (from the epoch) that holds `column`."""
+    seconds = int(step.total_seconds())
+    if connection.vendor == "postgresql":
+        return f"CAST(floor(extract(epoch FROM {column}) / {seconds}) * {seconds} AS bigint)"
+    # SQLite keeps datetimes as UTC text. ('%%s': the statement goes out with
+    # parameters, so a literal % is doubled.)
+    return f"CAST(strftime('%%s', {column}) AS INTEGER) / {seconds} * {seconds}"
+
+
+def _measure_sql(measure: str, table: str = "") -> tuple[str, str, str]:
+    """The minimum, mean and maximum of `measure` over a group of raw samples."""
+    column = f"{table}{measure}"
+    return f"MIN({column})", f"CAST(AVG({column}) AS DOUBLE PRECISION)", f"MAX({column})"

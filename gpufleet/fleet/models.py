@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from gpufleet import gpu, wire
 from gpufleet.fleet import charts
+from gpufleet.gpu import rollups
 
 _COLOURS = {"ok": "green", "warn": "amber", "fail": "red", "offline": "grey"}
 
@@ -370,7 +371,7 @@ class Finding(models.Model):
 
 class DeviceSample(models.Model):
     """What one GPU reported at one collection (the raw history), kept
-    GPUFLEET_HISTORY_RAW_HOURS and rolled up into `DeviceSample5m` meanwhile. On
+    GPUFLEET_HISTORY_RAW_HOURS and rolled up into `NodeRollup5m` meanwhile. On
     PostgreSQL the table is partitioned by `collected_at` (see fleet/partitions.py):
     its primary key there is (id, collected_at), `id` alone to Django."""
 
@@ -393,61 +394,55 @@ class DeviceSample(models.Model):
         return f"{self.device} at {self.collected_at:%Y-%m-%d %H:%M:%S}"
 
 
-class SampleRollup(models.Model):
-    """One GPU's samples over one bucket of time (from `bucket`, `resolution` long):
-    how many there were and the minimum, mean and maximum of each measure (None when
-    none of them had it). Written only by gpufleet.fleet.history's roll-up."""
+class NodeRollup(models.Model):
+    """A node's GPUs over one bucket of time (from `bucket`, `resolution` long): for each
+    GPU, its sample count and the minimum, mean and maximum of each measure, packed in
+    `figures` (the format: gpufleet/gpu/rollups.py). One row per node and bucket, not per
+    GPU: the row's and its index entries' overhead is shared by the node's GPUs. Written
+    only by gpufleet.fleet.history's roll-up; partitioned by `bucket` on PostgreSQL."""
 
     resolution: timedelta  # set by each series
 
-    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="+", db_index=False)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+", db_index=False)
     bucket = models.DateTimeField(help_text="Start of the bucket.")
-    samples = models.PositiveIntegerField(default=0)
-    vram_used_mib_min = models.BigIntegerField(null=True, blank=True)
-    vram_used_mib_avg = models.FloatField(null=True, blank=True)
-    vram_used_mib_max = models.BigIntegerField(null=True, blank=True)
-    utilization_percent_min = models.IntegerField(null=True, blank=True)
-    utilization_percent_avg = models.FloatField(null=True, blank=True)
-    utilization_percent_max = models.IntegerField(null=True, blank=True)
-    temperature_c_min = models.IntegerField(null=True, blank=True)
-    temperature_c_avg = models.FloatField(null=True, blank=True)
-    temperature_c_max = models.IntegerField(null=True, blank=True)
-    power_draw_w_min = models.FloatField(null=True, blank=True)
-    power_draw_w_avg = models.FloatField(null=True, blank=True)
-    power_draw_w_max = models.FloatField(null=True, blank=True)
+    figures = models.BinaryField()
 
     class Meta:
         abstract = True
-        ordering = ["device", "bucket"]
+        ordering = ["node", "bucket"]
+
+    def gpus(self) -> list[rollups.Gpu]:
+        return rollups.unpack(self.figures)
 
     def __str__(self) -> str:
-        return f"{self.device} from {self.bucket:%Y-%m-%d %H:%M}, {self.samples} samples"
+        gpus = len(self.figures) // rollups.GPU_BYTES
+        return f"{self.node} from {self.bucket:%Y-%m-%d %H:%M}, {gpus} GPU{'' if gpus == 1 else 's'}"
 
 
-class DeviceSample5m(SampleRollup):
-    """Five-minute rollups of `DeviceSample`, kept GPUFLEET_HISTORY_5M_DAYS; partitioned
-    by `bucket` on PostgreSQL like the raw samples."""
+class NodeRollup5m(NodeRollup):
+    """Five-minute rollups of `DeviceSample`, kept GPUFLEET_HISTORY_5M_DAYS."""
 
     resolution = timedelta(minutes=5)
 
-    class Meta(SampleRollup.Meta):
-        verbose_name = "device sample (5 minutes)"
-        verbose_name_plural = "device samples (5 minutes)"
-        # The unique index serves the charts (device, time range) and the roll-up's upsert.
-        constraints = [models.UniqueConstraint(fields=["device", "bucket"], name="one_5m_rollup_per_bucket")]
-        indexes = [models.Index(fields=["bucket"], name="fleet_5m_bucket_idx")]
+    class Meta(NodeRollup.Meta):
+        verbose_name = "GPU history (5 minutes)"
+        verbose_name_plural = "GPU history (5 minutes)"
+        # The unique index serves the charts (a node, a time range) and the hourly roll;
+        # the one on `bucket` finds the last bucket rolled.
+        constraints = [models.UniqueConstraint(fields=["node", "bucket"], name="one_5m_rollup_per_node")]
+        indexes = [models.Index(fields=["bucket"], name="fleet_node5m_bucket_idx")]
 
 
-class DeviceSample1h(SampleRollup):
+class NodeRollup1h(NodeRollup):
     """Hourly rollups, made from the five-minute ones and kept GPUFLEET_HISTORY_HOURLY_DAYS."""
 
     resolution = timedelta(hours=1)
 
-    class Meta(SampleRollup.Meta):
-        verbose_name = "device sample (hourly)"
-        verbose_name_plural = "device samples (hourly)"
-        constraints = [models.UniqueConstraint(fields=["device", "bucket"], name="one_1h_rollup_per_bucket")]
-        indexes = [models.Index(fields=["bucket"], name="fleet_1h_bucket_idx")]
+    class Meta(NodeRollup.Meta):
+        verbose_name = "GPU history (hourly)"
+        verbose_name_plural = "GPU history (hourly)"
+        constraints = [models.UniqueConstraint(fields=["node", "bucket"], name="one_1h_rollup_per_node")]
+        indexes = [models.Index(fields=["bucket"], name="fleet_node1h_bucket_idx")]
 
 
 class XidAcknowledgement(models.Model):

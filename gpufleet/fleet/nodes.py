@@ -66,7 +66,7 @@ _GPU_ASPECT = re.compile(r"gpu([0-9]+)\.([a-z]+)")
 
 def device_rows(node: Node, ledger: gpu.Ledger, now: datetime, hours: float = HISTORY_HOURS) -> list[DeviceRow]:
     devices = sorted(node.devices.all(), key=lambda d: (d.vanished, d.index, d.uuid))
-    samples = history.chart_samples([d.pk for d in devices], now - timedelta(hours=hours), now)
+    samples = history.chart_samples(devices, now - timedelta(hours=hours), now)
     by_gpu: dict[int, dict[str, Finding]] = defaultdict(dict)
     # The page has read the findings already (findings_worst_first); reuse them.
     findings = getattr(node, "findings_cache", None)

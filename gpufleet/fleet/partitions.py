@@ -46,8 +46,8 @@ class Layout:
 # five-minute rollups in daily ones, 90 days of hourly rollups in weekly ones.
 LAYOUTS = {
     "fleet_devicesample": Layout("collected_at", timedelta(hours=1)),
-    "fleet_devicesample5m": Layout("bucket", timedelta(days=1)),
-    "fleet_devicesample1h": Layout("bucket", timedelta(days=7)),
+    "fleet_noderollup5m": Layout("bucket", timedelta(days=1)),
+    "fleet_noderollup1h": Layout("bucket", timedelta(days=7)),
 }
 # Partitions are made for the current slice and this many after it.
 AHEAD = 3

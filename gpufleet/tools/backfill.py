@@ -1,6 +1,6 @@
 """History for benchmarks and demos, made the way the site makes it: raw samples
-as ingest writes them, then the housekeeping replayed over their time (roll-ups
-every half hour of it, retention at the end), so the rollups are the real ones."""
+as ingest writes them, then rolled up by the housekeeping's own code over their time
+and pruned at the end, so the rollups are the real ones."""
 
 from __future__ import annotations
 
@@ -39,12 +39,9 @@ def add_history(devices: list[Device], end: datetime, hours: float = 24, every: 
                 written, batch = written + len(batch), []
     DeviceSample.objects.bulk_create(batch)
     written += len(batch)
-    # The beat's runs, one every half hour of the history (each may catch up an hour).
-    at = start
-    while at < end:
-        at = min(end, at + timedelta(minutes=30))
-        history.roll(now=at)
-    history.roll(now=end)
+    # The beat rolls each bucket once, after its grace: these are in the past, and may be
+    # older than what it rolled already.
+    history.roll_between(start, end)
     history.prune(now=end)
     return written
 

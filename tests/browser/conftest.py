@@ -172,12 +172,11 @@ def add_history(node, hours: int = 24, every_minutes: int = 5) -> int:
                                         vram_used_mib=int(total * (0.35 + 0.25 * math.sin(phase))),
                                         utilization_percent=int(50 + 40 * math.sin(phase * 1.7))))
     DeviceSample.objects.bulk_create(samples)
-    # The 24 h chart reads five-minute rollups: roll them as the central beat would.
-    # A run rolls at most 12 buckets, an hour: 26 runs cover the day and the hour after.
+    # The 24 h chart reads five-minute rollups: roll them with the housekeeping's code
+    # (the beat rolls each bucket once, and these may be older than what it rolled).
     from gpufleet.fleet import history
 
-    for _ in range(26):
-        history.roll()
+    history.roll_between(now - timedelta(hours=hours), now)
     return len(samples)
 
 

@@ -23,13 +23,14 @@ from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import (
     Device,
     DeviceSample,
-    DeviceSample1h,
-    DeviceSample5m,
     Finding,
     Node,
     NodeCredential,
+    NodeRollup1h,
+    NodeRollup5m,
     XidAcknowledgement,
 )
+from gpufleet.gpu import rollups
 from gpufleet.jobs.models import Job, JobKind
 from tests.factories import ingest
 
@@ -41,7 +42,8 @@ def _sample(node: Node) -> DeviceSample:
 
 
 def _rollup(model) -> Callable[[Node], object]:
-    return lambda node: model.objects.create(device=node.devices.first(), bucket=timezone.now(), samples=1)
+    return lambda node: model.objects.create(node=node, bucket=timezone.now(),
+                                             figures=rollups.pack([(node.devices.first().pk, 1, [1.0] * 12)]))
 
 
 # model -> a row of it on `node`, made as its service would leave it.
@@ -54,8 +56,8 @@ MODELS: dict[type, Callable[[Node], object]] = {
     Device: lambda node: node.devices.first(),
     Finding: lambda node: node.findings.first(),
     DeviceSample: _sample,
-    DeviceSample5m: _rollup(DeviceSample5m),
-    DeviceSample1h: _rollup(DeviceSample1h),
+    NodeRollup5m: _rollup(NodeRollup5m),
+    NodeRollup1h: _rollup(NodeRollup1h),
     XidAcknowledgement: lambda node: XidAcknowledgement.objects.create(node=node, device_uuid="GPU-1"),
     ApiToken: lambda node: ApiToken.issue(User.objects.create_user("tokenowner"), "ci", "read")[0],
 }

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from gpufleet.fleet import charts, history
 from gpufleet.fleet.charts import HEIGHT, HOVER_COLUMNS, PAD, Sample, gpu_chart
-from gpufleet.fleet.models import Device, DeviceSample, DeviceSample5m
+from gpufleet.fleet.models import Device, DeviceSample, NodeRollup5m
+from gpufleet.gpu import rollups
 from gpufleet.tools.backfill import add_history
 from tests.factories import ingest
 
@@ -82,17 +83,23 @@ def test_the_24h_chart_reads_five_minute_rollups_then_the_raw_samples_after_them
     now = timezone.now()
     add_history([device], now, hours=24, every=timedelta(minutes=1))
     DeviceSample.objects.create(device=device, collected_at=now - timedelta(seconds=20), utilization_percent=100)
-    DeviceSample5m.objects.filter(bucket__gte=now - timedelta(minutes=30)).update(utilization_percent_max=0)
+    # Spoil the last half hour's rollups: none of them may be read (the raw samples are).
+    spoilt = rollups.pack([(device.pk, 5, [0.0] * 12)])
+    NodeRollup5m.objects.filter(bucket__gte=now - timedelta(minutes=30)).update(figures=spoilt)
     with django_assert_num_queries(2):
-        samples = history.chart_samples([device.pk], now - timedelta(hours=24), now)[device.pk]
-    # One point per chart column (12 minutes), grouped by the database; one sample a minute.
+        samples = history.chart_samples([device], now - timedelta(hours=24), now)[device.pk]
+    # One point per chart column (12 minutes); one sample a minute.
     assert charts.BUCKETS - 1 <= len(samples) <= charts.BUCKETS + 2
-    assert sum(s.count for s in samples) == pytest.approx(24 * 60, abs=15)
+    assert sum(s.count for s in samples) == pytest.approx(24 * 60, abs=5)  # but the bucket cut at the start
     assert [s.at for s in samples] == sorted(s.at for s in samples) and samples[0].at >= now - timedelta(hours=24)
-    # The last 15 minutes come from the raw samples (the rollups there were spoilt
-    # above, and are not read): they reach up to now.
+    # The stretch the rollups may not have rolled yet comes from the raw samples (the
+    # rollups there were spoilt above, and are not read): it reaches up to now.
     assert samples[-1].peak("utilization_percent") == 100
-    assert all(s.peak("utilization_percent") > 0 for s in samples if s.at >= now - timedelta(minutes=14))
+    raw_from = now - history.tail(history.FIVE_MINUTES) - history.FIVE_MINUTES.resolution
+    assert all(s.peak("utilization_percent") > 0 for s in samples if s.at >= raw_from)
+    # Older ones come from the rollups: their figures as the raw samples', whole numbers whole.
+    old = [s for s in samples if s.at < now - timedelta(hours=1)]
+    assert all(isinstance(s.utilization_percent_max, int) and isinstance(s.utilization_percent, float) for s in old)
 
 
 def test_a_rollup_draws_its_mean_and_reports_its_maximum():

@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from gpufleet.fleet import history, partitions
-from gpufleet.fleet.models import Device, DeviceSample, DeviceSample1h, DeviceSample5m
+from gpufleet.fleet.models import Device, DeviceSample, NodeRollup1h, NodeRollup5m
 from tests.factories import ingest
 
 pytestmark = pytest.mark.django_db
@@ -42,8 +42,8 @@ def _sql(query: str, params=()) -> list[tuple]:
 
 
 def test_the_sample_tables_are_partitioned_by_time_with_the_time_in_their_primary_key():
-    for table, column in (("fleet_devicesample", "collected_at"), ("fleet_devicesample5m", "bucket"),
-                          ("fleet_devicesample1h", "bucket")):
+    for table, column in (("fleet_devicesample", "collected_at"), ("fleet_noderollup5m", "bucket"),
+                          ("fleet_noderollup1h", "bucket")):
         assert _sql("SELECT relkind FROM pg_class WHERE relname = %s", [table]) == [("p",)]
         (pk,) = _sql("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
                      [table])
@@ -51,14 +51,15 @@ def test_the_sample_tables_are_partitioned_by_time_with_the_time_in_their_primar
         assert partitions.default_name(table) in _names(table)
 
 
-@pytest.mark.parametrize("model", [DeviceSample, DeviceSample5m, DeviceSample1h])
+@pytest.mark.parametrize("model", [DeviceSample, NodeRollup5m, NodeRollup1h])
 def test_the_migration_gives_the_partitioned_tables_the_models_constraints_and_indexes(model):
     # The migration writes these tables out as SQL: it must say what the model says.
     table = model._meta.db_table
     with connection.cursor() as cursor:
         found = connection.introspection.get_constraints(cursor, table)
     assert {i.name for i in model._meta.indexes} | {c.name for c in model._meta.constraints} <= set(found)
-    assert [c["foreign_key"] for c in found.values() if c["foreign_key"]] == [("fleet_device", "id")]
+    target = "fleet_device" if model is DeviceSample else "fleet_node"
+    assert [c["foreign_key"] for c in found.values() if c["foreign_key"]] == [(target, "id")]
     assert _sql("SELECT pg_get_serial_sequence(%s, 'id')", [table]) == [(f"public.{table}_id_seq",)]
 
 
@@ -116,19 +117,18 @@ def test_a_row_outside_every_partition_lands_in_the_default_one_and_ages_out(gpu
 def test_housekeeping_makes_partitions_ahead(settings):
     later = timezone.now() + 30 * 24 * HOUR
     made = history.prepare_partitions(now=later)
-    for table, width in (("fleet_devicesample", HOUR), ("fleet_devicesample5m", 24 * HOUR)):
+    for table, width in (("fleet_devicesample", HOUR), ("fleet_noderollup5m", 24 * HOUR)):
         slices = [partitions.floor(later, width) + i * width for i in range(partitions.AHEAD + 1)]
         assert [partitions.partition_name(table, start) for start in slices] == [m for m in made if m.startswith(table + "_2")]
     assert history.prepare_partitions(now=later) == []  # nothing twice
 
 
-def test_rollups_upsert_into_partitions(gpu):
+def test_rollups_go_into_their_bucket_s_partition(gpu):
     t = timezone.now().replace(minute=0, second=0, microsecond=0) - HOUR
     DeviceSample.objects.filter(device=gpu).delete()
     for minute in range(10):
         DeviceSample.objects.create(device=gpu, collected_at=t + timedelta(minutes=minute), utilization_percent=minute)
-    history.roll(now=t + timedelta(minutes=10))
-    history.roll(now=t + timedelta(minutes=10))
-    assert list(DeviceSample5m.objects.values_list("samples", "utilization_percent_avg")) == [(5, 2.0), (5, 7.0)]
-    partition = partitions.partition_name("fleet_devicesample5m", partitions.floor(t, 24 * HOUR))
+    history.roll(now=t + timedelta(minutes=10) + history.GRACE)
+    assert [(g.samples, g.figures[4]) for row in NodeRollup5m.objects.all() for g in row.gpus()] == [(5, 2.0), (5, 7.0)]
+    partition = partitions.partition_name("fleet_noderollup5m", partitions.floor(t, 24 * HOUR))
     assert _sql(f'SELECT count(*) FROM "{partition}"') == [(2,)]

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from gpufleet.core import launch
 from gpufleet.fleet import history, tasks
-from gpufleet.fleet.models import DeviceSample, DeviceSample5m, Node
+from gpufleet.fleet.models import DeviceSample, Node, NodeRollup5m
 from gpufleet.ingest.services import ingest_snapshot
 from tests.factories import ingest_entry, snapshot
 
@@ -44,8 +44,8 @@ def test_raw_history_older_than_its_retention_is_pruned(settings):
 
 def test_the_roll_up_task_rolls_finished_buckets():
     ingest_snapshot(snapshot("n", gpus=2, at=timezone.now() - timedelta(minutes=20)))
-    assert tasks.roll_history()["5m"] == 2  # (the hourly one too, when those 20 min crossed an hour)
-    assert DeviceSample5m.objects.count() == 2
+    assert tasks.roll_history()["5m"] == 1  # one row for the node's two GPUs (and an hourly one, when
+    assert [len(row.gpus()) for row in NodeRollup5m.objects.all()] == [2]  # those 20 min crossed an hour)
 
 
 def test_the_beats_work_goes_to_the_housekeeping_queue_never_to_an_ingest_consumer():

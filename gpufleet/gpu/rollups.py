@@ -1,0 +1,103 @@
+"""GPU history rollups, packed one row per node and bucket: the format, and how rollups
+combine into longer ones. Pure: gpufleet/fleet/history.py stores and reads them.
+
+A GPU's rollup over a bucket of time is how many samples it had there and twelve
+figures: the minimum, mean and maximum of each of MEASURES, in that order (VRAM used
+min, mean, max, then utilization's, temperature's, power's). All of one node's GPUs
+in one bucket are packed into one bytes value, little-endian, in three runs:
+
+    n device ids      int64    8 n bytes   ascending
+    n sample counts   uint32   4 n bytes   in the same order
+    n x 12 figures    float32  48 n bytes  GPU after GPU, each GPU's twelve in order
+
+so GPU_BYTES (60) per GPU and n = len(data) // GPU_BYTES. A figure none of the samples
+had is NaN; one beyond float32's range is stored as infinite. One row per node instead
+of one per GPU shares the row's and the index entries' overhead among the node's GPUs,
+and float32 keeps a figure in 4 bytes (its 24 bits of precision are more than a chart
+or a mean of readings needs). The same bytes on PostgreSQL and SQLite."""
+
+from __future__ import annotations
+
+import math
+import operator
+import struct
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+MEASURES = ("vram_used_mib", "utilization_percent", "temperature_c", "power_draw_w")
+# Those read in whole numbers: their minima and maxima are whole too.
+WHOLE = (True, True, True, False)
+# Per measure: its minimum, mean and maximum.
+FIGURES = 3 * len(MEASURES)
+GPU_BYTES = 8 + 4 + 4 * FIGURES
+
+_NAN = float("nan")
+
+
+class Gpu(NamedTuple):
+    """One GPU's rollup over one bucket, as unpacked."""
+
+    device_id: int
+    samples: int
+    figures: tuple[float, ...]  # FIGURES of them, NaN where missing
+
+    def means(self) -> tuple[float | None, ...]:
+        """The mean of each of MEASURES (None where missing)."""
+        return tuple(_known(f) for f in self.figures[1::3])
+
+    def maxima(self) -> tuple[float | int | None, ...]:
+        return tuple(_known(f, whole) for f, whole in zip(self.figures[2::3], WHOLE, strict=True))
+
+
+def pack(gpus: Iterable[tuple[int, int, Sequence[float | None]]]) -> bytes:
+    """(device id, samples, FIGURES figures with None for missing) per GPU -> bytes."""
+    gpus = sorted(gpus, key=lambda gpu: gpu[0])
+    n = len(gpus)
+    figures = [_NAN if f is None else f for _, _, row in gpus for f in row]
+    layout = f"<{n}q{n}I{n * FIGURES}f"
+    try:
+        return struct.pack(layout, *(g[0] for g in gpus), *(g[1] for g in gpus), *figures)
+    except OverflowError:  # a reading too big for float32: infinite, rather than no rollup at all
+        figures = [f if abs(f) <= 3.4e38 or f != f else math.copysign(math.inf, f) for f in figures]
+        return struct.pack(layout, *(g[0] for g in gpus), *(g[1] for g in gpus), *figures)
+
+
+def unpack(data: bytes | memoryview) -> list[Gpu]:
+    n = len(data) // GPU_BYTES
+    ids = struct.unpack_from(f"<{n}q", data, 0)
+    samples = struct.unpack_from(f"<{n}I", data, 8 * n)
+    figures = struct.unpack_from(f"<{n * FIGURES}f", data, 12 * n)
+    return [Gpu(ids[i], samples[i], figures[i * FIGURES:(i + 1) * FIGURES]) for i in range(n)]
+
+
+def combine(parts: Sequence[tuple[int, Sequence[float]]]) -> tuple[int, list[float]]:
+    """One GPU's rollups over consecutive buckets, (samples, figures) each, as one over
+    them all: the samples summed, the minima's minimum, the means weighted by their
+    sample counts, the maxima's maximum, each leaving out the parts that miss it (exact
+    unless a measure was missing from only some samples of a part)."""
+    counts = [samples for samples, _ in parts]
+    combined = []
+    for i, column in enumerate(zip(*(figures for _, figures in parts), strict=True)):
+        kind = i % 3
+        if kind == 1:
+            total = sum(map(operator.mul, counts, column))
+            if total != total:  # a part misses it: weigh only those that have it
+                pairs = [(n, f) for n, f in zip(counts, column, strict=True) if f == f]
+                weight = sum(n for n, _ in pairs)
+                combined.append(sum(n * f for n, f in pairs) / weight if weight else _NAN)
+            else:
+                weight = sum(counts)
+                combined.append(total / weight if weight else _NAN)
+            continue
+        # min() and max() skip a NaN unless it comes first: then take the known ones.
+        found = (min if kind == 0 else max)(column)
+        if found != found:
+            found = (min if kind == 0 else max)((f for f in column if f == f), default=_NAN)
+        combined.append(found)
+    return sum(counts), combined
+
+
+def _known(figure: float, whole: bool = False) -> float | int | None:
+    if figure != figure:
+        return None
+    return int(figure) if whole and math.isfinite(figure) else figure
