@@ -265,6 +265,10 @@ GPUFLEET_OFFLINE_AFTER_INTERVALS = 3
 # The overview turns its "not reporting" tile and finding to an alarm once more than
 # this share (percent) of the enrolled nodes stopped reporting.
 GPUFLEET_OFFLINE_ALARM_PERCENT = env_float("GPUFLEET_OFFLINE_ALARM_PERCENT", 10.0, minimum=0.0)
+# The overview's tiles, fleet findings and driver versions are computed at most once per
+# this many seconds and shared by every view and poll (gpufleet/fleet/summary_keep.py);
+# keep it under the summary's 10 s refresh. 0 computes them for every view.
+GPUFLEET_SUMMARY_MAX_AGE_S = env_float("GPUFLEET_SUMMARY_MAX_AGE_S", 5.0, minimum=0.0)
 # Whether the central beat deletes claims past their expiry time (audited, by "system");
 # off, expired claims are only flagged.
 GPUFLEET_RELEASE_EXPIRED = env_bool("GPUFLEET_RELEASE_EXPIRED", False)

@@ -37,6 +37,15 @@ def _postgresql_only(request):
         needs_postgresql()
 
 
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    # Django's cache outlives each test's database (the overview's kept summary is there):
+    # every test starts with it empty, as with its own database.
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 DATABASE_FIXTURES = {"db", "transactional_db", "live_server"}
 
 

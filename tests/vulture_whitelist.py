@@ -212,6 +212,8 @@ _.remote_fix  # gpufleet/fleet/nodes.py
 _.svg_width  # gpufleet/fleet/charts.py
 _.svg_x  # gpufleet/fleet/charts.py
 _.more_query  # gpufleet/fleet/summary.py
+_.as_of  # gpufleet/fleet/summary.py
+_.end_index  # gpufleet/fleet/filters.py
 
 # The questions other apps ask of a node's maintenance, used by tests until they do.
 is_in_maintenance  # gpufleet/fleet/maintenance.py

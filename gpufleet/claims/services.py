@@ -19,7 +19,7 @@ from gpufleet import gpu
 from gpufleet.audit.models import record
 from gpufleet.claims.models import Claim
 from gpufleet.events import services as events
-from gpufleet.fleet import maintenance
+from gpufleet.fleet import maintenance, summary_keep
 from gpufleet.fleet.models import Node
 
 
@@ -278,6 +278,7 @@ def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None
 def _store_reserved(node: Node) -> None:
     node.gpus_reserved = node.ledger().reserved
     node.save(update_fields=["gpus_reserved"])
+    summary_keep.changed()  # the overview's GPUs reserved and free
 
 
 def release_expired(now: datetime | None = None) -> list[str]:

@@ -13,6 +13,7 @@ from django.db.models import BooleanField, Case, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from gpufleet.audit.models import Action, record
+from gpufleet.fleet import summary_keep
 from gpufleet.fleet.models import Maintenance, Node
 
 REASON_MAX = Maintenance.REASON_MAX
@@ -85,6 +86,7 @@ def start(node: Node, until: datetime | None, reason: str, user, now: datetime |
         row.until, row.reason = until, reason
         row.save()
         record(user, Action.MAINTENANCE_START, node=node, target=node.name, before=before, after=row.as_audit_dict())
+        summary_keep.changed()
     return row
 
 
@@ -98,3 +100,4 @@ def end(node: Node, user, now: datetime | None = None) -> None:
         before = row.as_audit_dict()
         row.delete()
         record(user, Action.MAINTENANCE_END, node=node, target=node.name, before=before, after=None)
+        summary_keep.changed()

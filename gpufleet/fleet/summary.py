@@ -1,7 +1,9 @@
 """Fleet-wide figures for the overview: the tiles and the fleet-level findings.
 
-Each part is one or a few aggregate queries whatever the fleet size, computed
-only when a template reads it (the table fragment never does)."""
+Each part is one or a few aggregate queries whatever the fleet size. The overview reads
+them through `kept()`: computed at most once per GPUFLEET_SUMMARY_MAX_AGE_S and shared by
+every view and poll (summary_keep.py), and only when a template reads them (the table
+fragment never does)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from django.db.models.functions import Greatest, StrIndex, Substr
 from django.utils import timezone
 
 from gpufleet import gpu
+from gpufleet.fleet import summary_keep
 from gpufleet.fleet.maintenance import in_maintenance_flag
 from gpufleet.fleet.models import Device, Finding, FindingStatus, Health, Maintenance, Node
 
@@ -71,11 +74,30 @@ class FleetFinding:
     more_query: str = ""
 
 
+@dataclass(frozen=True)
+class Figures:
+    """The summary as plain data, as kept and shared between views: `as_of` is when it
+    was computed."""
+
+    as_of: datetime
+    tiles: dict
+    findings: list[FleetFinding]
+    driver_versions: list[str]
+
+
+def kept() -> Figures:
+    """The fleet's summary, computed at most GPUFLEET_SUMMARY_MAX_AGE_S ago."""
+    return summary_keep.get_or_compute(lambda: FleetSummary().figures())
+
+
 class FleetSummary:
-    """Lazily computed: templates read `tiles` and `findings`."""
+    """Lazily computed: `tiles`, `findings`, `driver_versions`, or all as `figures()`."""
 
     def __init__(self, now: datetime | None = None):
         self.now = now or timezone.now()
+
+    def figures(self) -> Figures:
+        return Figures(self.now, self.tiles, self.findings, self.driver_versions)
 
     def _nodes(self):
         return Node.objects.annotate(away=in_maintenance_flag(self.now))

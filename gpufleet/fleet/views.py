@@ -14,6 +14,7 @@ from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_GET, require_POST
 
 from gpufleet.core import downloads
@@ -23,10 +24,10 @@ from gpufleet.core.querystring import clean_query
 from gpufleet.events import services as events
 from gpufleet.fleet import charts, ingest_health, maintenance, reports
 from gpufleet.fleet import nodes as node_page
+from gpufleet.fleet import summary as fleet_summary
 from gpufleet.fleet.filters import NodeFilter, paginate
 from gpufleet.fleet.forms import MaintenanceForm
 from gpufleet.fleet.models import Node
-from gpufleet.fleet.summary import FleetSummary
 from gpufleet.fleet.xid_acks import NothingToAcknowledge, acknowledge_xids
 
 # --- Fleet overview -----------------------------------------------------------
@@ -40,7 +41,9 @@ def fleet(request, partial: str = "node-table"):
     value lists no node and is shown at its field and above the table, with 200
     so HTMX swaps it in."""
     now = timezone.now()
-    summary = FleetSummary(now)
+    # The tiles and findings are kept, not computed for each view (summary.kept); read
+    # only when a template reads them: the table fragment never does.
+    summary = SimpleLazyObject(fleet_summary.kept)
     # The table shows a node in maintenance as such (a join, no query of its own); the
     # driver select's versions come from the summary's scan of the fleet.
     node_filter = NodeFilter(request.GET, queryset=Node.objects.annotate(maintenance_until=F("maintenance__until")),
@@ -53,7 +56,6 @@ def fleet(request, partial: str = "node-table"):
         "query": query,
         "table_url": _with_query(reverse("fleet:overview"), query),
         "page": None if summary_only else paginate(node_filter, request.GET.get("page")),
-        # Queried only when a template reads it: the table fragment never does.
         "summary": summary,
         "now": now,
         "offline_alarm_percent": f"{settings.GPUFLEET_OFFLINE_ALARM_PERCENT:g}",

@@ -11,6 +11,7 @@ from django.db import transaction
 
 from gpufleet import gpu
 from gpufleet.audit.models import record
+from gpufleet.fleet import summary_keep
 from gpufleet.fleet.models import Finding, Node, XidAcknowledgement
 
 
@@ -81,5 +82,6 @@ def acknowledge_xids(node: Node, index: int, user) -> Finding:
         locked.save(update_fields=["health"])
         record(user, "xid.acknowledge", node=locked, target=f"GPU {index} ({device.uuid})",
                after={"xid_errors": device.xid_errors})
+        summary_keep.changed()
     return row
 
