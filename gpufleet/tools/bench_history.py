@@ -36,8 +36,8 @@ FIGURES = ("history_roll_5m_s", "history_roll_1h_s", "history_rollup_core_fracti
            "history_1h_bytes_per_gpu_bucket", "history_value_bytes_per_gpu_bucket", "history_raw_bytes_per_sample")
 
 
-def measure_history(figures: dict, say: Callable[[str], None]) -> None:
-    """Adds FIGURES to `figures` (None each where not measured, and `say`s why)."""
+def measure_history(figures: dict, say: Callable[[str], None]) -> str | None:
+    """Adds FIGURES to `figures`; where they are not measured, None each, and returns why."""
     if connection.vendor != "postgresql":
         return _skip(figures, say, "the history's figures are of PostgreSQL's partitions")
     hour = partitions.floor(timezone.now() - timedelta(hours=HOURS_BACK), timedelta(hours=1))
@@ -64,6 +64,7 @@ def measure_history(figures: dict, say: Callable[[str], None]) -> None:
         figures["history_raw_bytes_per_sample"] = _raw_bytes_per_sample(hour)
     finally:
         _remove(hour, made)
+    return None
 
 
 def history_targets(figures: dict) -> dict:
@@ -77,10 +78,11 @@ def history_targets(figures: dict) -> dict:
     }
 
 
-def _skip(figures: dict, say: Callable[[str], None], reason: str) -> None:
+def _skip(figures: dict, say: Callable[[str], None], reason: str) -> str:
     for key in FIGURES:
         figures[key] = None
     say(f"history figures skipped: {reason}")
+    return reason
 
 
 def _rows_within(hour) -> bool:
