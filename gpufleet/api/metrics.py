@@ -46,7 +46,7 @@ from gpufleet.fleet.models import Device, FindingStatus, Node
 MAX_SHARDS = 1000
 # What one shard should hold at most (docs/metrics.md, "Sharding"): its scrape then stays
 # far under Prometheus' default 10 s scrape_timeout.
-GPUS_PER_SHARD = 64_000
+GPUS_PER_SHARD = 32_000
 # How long a scrape waits for the broker before saying it is unreachable.
 BROKER_TIMEOUT_SECONDS = 0.5
 MIB = 1024 * 1024
