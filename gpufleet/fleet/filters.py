@@ -7,17 +7,15 @@ denormalised on Node, so the table reads one table."""
 
 from __future__ import annotations
 
-import json
-
 import django_filters
 from django import forms
-from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
-from django.db import connections
+from django.core.paginator import Page
 from django.db.models import F, FloatField, Q, QuerySet, Value
 from django.db.models.functions import Cast, NullIf
 from django.utils.functional import cached_property
 
 from gpufleet.core.filters import ListFilterSet
+from gpufleet.core.paging import ListPaginator
 from gpufleet.fleet.models import HEALTH_RANK, Attach, Health, Node
 
 PROBLEMS = "problems"
@@ -158,77 +156,7 @@ def _ordering(sort: str) -> list:
     return [first, "name"] if key != "name" else [first]
 
 
-# Counting the nodes a page lists beyond this many would read them all on every view
-# and refresh; past it, PostgreSQL's planner estimates the total ("about N").
-COUNT_LIMIT = 10_000
-
-
-class NodePaginator(Paginator):
-    """Counts exactly up to COUNT_LIMIT nodes; beyond, on PostgreSQL, takes the planner's
-    estimate (`estimated`), and a page then knows whether a next one exists by reading
-    one node more, since the estimate may be short."""
-
-    estimated = False
-
-    @cached_property
-    def count(self) -> int:
-        # Only the keys: the database then drops the table's join of each node's maintenance.
-        unordered = self.object_list.order_by().values("pk")
-        counted = unordered[: COUNT_LIMIT + 1].count()
-        if counted <= COUNT_LIMIT:
-            return counted
-        if connections[unordered.db].vendor != "postgresql":
-            return unordered.count()  # SQLite keeps no estimate
-        self.estimated = True
-        return max(_planned_rows(unordered), counted)
-
-    def validate_number(self, number):
-        if self.count and self.estimated:
-            # Pages past the estimate may still hold nodes: any page number may be asked for.
-            return _page_number(number)
-        return super().validate_number(number)
-
-    def page(self, number) -> Page:
-        number = self.validate_number(number)
-        if not self.estimated:
-            return super().page(number)
-        bottom = (number - 1) * self.per_page
-        rows = list(self.object_list[bottom:bottom + self.per_page + 1])
-        if not rows and number > self.num_pages:
-            return self.page(self.num_pages)  # past the nodes there are: the nearest page
-        return _EstimatedPage(rows[: self.per_page], number, self, has_more=len(rows) > self.per_page)
-
-
-class _EstimatedPage(Page):
-    def __init__(self, object_list, number, paginator, *, has_more: bool):
-        super().__init__(object_list, number, paginator)
-        self._has_more = has_more
-
-    def has_next(self) -> bool:
-        return self._has_more
-
-    def end_index(self) -> int:
-        return self.start_index() + len(self.object_list) - 1 if self.object_list else 0
-
-
-def _page_number(number) -> int:
-    try:
-        number = int(number)
-    except (TypeError, ValueError):
-        raise PageNotAnInteger("That page number is not an integer") from None
-    if number < 1:
-        raise EmptyPage("That page number is less than 1")
-    return number
-
-
-def _planned_rows(queryset: QuerySet) -> int:
-    """The planner's estimate of how many rows `queryset` gives (PostgreSQL)."""
-    plan = json.loads(queryset.explain(format="json"))
-    plan = plan[0] if isinstance(plan, list) else plan
-    return int(plan["Plan"]["Plan Rows"])
-
-
 def paginate(node_filter: NodeFilter, page_number) -> Page:
     """One page of the filtered nodes; an out-of-range or junk page number gives
     the nearest page."""
-    return NodePaginator(node_filter.qs, node_filter.per_page).get_page(page_number)
+    return ListPaginator(node_filter.qs, node_filter.per_page).get_page(page_number)

@@ -1,7 +1,7 @@
-"""The overview at fleet scale: past filters.COUNT_LIMIT nodes the table's total is
+"""The overview at fleet scale: past paging.ESTIMATE_FROM nodes the table's total is
 PostgreSQL's estimate ("about N") instead of a count of them all on each view and
 refresh, paging still reaches every node, and the search is served by trigram indexes.
-COUNT_LIMIT is lowered here so a small fleet stands for a large one."""
+ESTIMATE_FROM is lowered here so a small fleet stands for a large one."""
 
 import re
 
@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from gpufleet.fleet import filters
+from gpufleet.core import paging
 from gpufleet.fleet.filters import NodeFilter
 from gpufleet.fleet.models import Node
 from tests.factories import hx
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def large(monkeypatch):
-    monkeypatch.setattr(filters, "COUNT_LIMIT", 2)
+    monkeypatch.setattr(paging, "ESTIMATE_FROM", 2)
 
 
 def _analyze():
