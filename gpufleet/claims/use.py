@@ -14,14 +14,10 @@ from django.db.models import F, QuerySet
 
 from gpufleet.core.filters import ListFilterSet
 from gpufleet.fleet.models import Finding
+from gpufleet.gpu.usage import USE_KINDS
 
 # The findings this view is about, by code, in the words the node page uses.
-KINDS = {
-    "use-unclaimed": "Used but unclaimed",
-    "attached-unclaimed": "Attached but unclaimed",
-    "use-misplaced": "Running outside its claim",
-    "claim-idle": "Claimed but idle",
-}
+KINDS = USE_KINDS
 COLUMNS = ("node", "kind", "code", "status", "detail", "node_health", "collected_at")
 
 

@@ -14,6 +14,13 @@ from gpufleet.gpu.processes import CLAIM_LABEL, GpuProcess
 
 # A finding names at most this many GPUs or processes, then counts the rest.
 _LISTED = 8
+# The findings of claims against use, by code, with their names.
+USE_KINDS = {
+    "use-unclaimed": "Used but unclaimed",
+    "attached-unclaimed": "Attached but unclaimed",
+    "use-misplaced": "Running outside its claim",
+    "claim-idle": "Claimed but idle",
+}
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,7 @@ def claim_use_findings(ledger: Ledger, idle: Iterable[int] = (), rule: IdleRule 
         found.append(
             Finding(
                 "use-unclaimed",
-                "Used but unclaimed",
+                USE_KINDS["use-unclaimed"],
                 Status.WARN,
                 f"{_count(len(in_use), 'GPU')} in use that no claim holds: "
                 + _listed([f"GPU {d.index} ({_who(d)})" for d in in_use]),
@@ -56,7 +63,7 @@ def claim_use_findings(ledger: Ledger, idle: Iterable[int] = (), rule: IdleRule 
         found.append(
             Finding(
                 "attached-unclaimed",
-                "Attached but unclaimed",
+                USE_KINDS["attached-unclaimed"],
                 Status.WARN,
                 f"{_count(len(attached), 'GPU')} with a container attached, idle, that no claim holds: "
                 + _listed([f"GPU {d.index} ({_containers(d.attached_idle)})" for d in attached]),
@@ -67,7 +74,7 @@ def claim_use_findings(ledger: Ledger, idle: Iterable[int] = (), rule: IdleRule 
         found.append(
             Finding(
                 "use-misplaced",
-                "Running outside its claim",
+                USE_KINDS["use-misplaced"],
                 Status.WARN,
                 f"{_count(len(misplaced), 'container')} labelled {CLAIM_LABEL} on GPUs their claim"
                 " does not hold: "
@@ -79,7 +86,7 @@ def claim_use_findings(ledger: Ledger, idle: Iterable[int] = (), rule: IdleRule 
         found.append(
             Finding(
                 "claim-idle",
-                "Claimed but idle",
+                USE_KINDS["claim-idle"],
                 Status.WARN,
                 f"{_count(len(idle_claims), 'claim')} with no process and under {rule.util_percent:g}% utilization"
                 f" on any of its GPUs for {rule.hours:g} h: "
