@@ -52,22 +52,13 @@ class Gpu(NamedTuple):
 def pack(gpus: Iterable[tuple[int, int, Sequence[float | None]]]) -> bytes:
     """(device id, samples, FIGURES figures with None for missing) per GPU -> bytes."""
     gpus = sorted(gpus, key=lambda gpu: gpu[0])
-    n = len(gpus)
     figures = [_NAN if f is None else f for _, _, row in gpus for f in row]
-    layout = f"<{n}q{n}I{n * FIGURES}f"
-    try:
-        return struct.pack(layout, *(g[0] for g in gpus), *(g[1] for g in gpus), *figures)
-    except OverflowError:  # a reading too big for float32: infinite, rather than no rollup at all
-        figures = [f if abs(f) <= 3.4e38 or f != f else math.copysign(math.inf, f) for f in figures]
-        return struct.pack(layout, *(g[0] for g in gpus), *(g[1] for g in gpus), *figures)
+    return _pack_runs([g[0] for g in gpus], [g[1] for g in gpus], figures)
 
 
 def unpack(data: bytes | memoryview) -> list[Gpu]:
-    n = len(data) // GPU_BYTES
-    ids = struct.unpack_from(f"<{n}q", data, 0)
-    samples = struct.unpack_from(f"<{n}I", data, 8 * n)
-    figures = struct.unpack_from(f"<{n * FIGURES}f", data, 12 * n)
-    return [Gpu(ids[i], samples[i], figures[i * FIGURES:(i + 1) * FIGURES]) for i in range(n)]
+    ids, samples, figures = _runs(data)
+    return [Gpu(ids[i], samples[i], figures[i * FIGURES:(i + 1) * FIGURES]) for i in range(len(ids))]
 
 
 def combine(parts: Sequence[tuple[int, Sequence[float]]]) -> tuple[int, list[float]]:
@@ -76,25 +67,70 @@ def combine(parts: Sequence[tuple[int, Sequence[float]]]) -> tuple[int, list[flo
     sample counts, the maxima's maximum, each leaving out the parts that miss it (exact
     unless a measure was missing from only some samples of a part)."""
     counts = [samples for samples, _ in parts]
-    combined = []
-    for i, column in enumerate(zip(*(figures for _, figures in parts), strict=True)):
-        kind = i % 3
-        if kind == 1:
-            total = sum(map(operator.mul, counts, column))
-            if total != total:  # a part misses it: weigh only those that have it
-                pairs = [(n, f) for n, f in zip(counts, column, strict=True) if f == f]
-                weight = sum(n for n, _ in pairs)
-                combined.append(sum(n * f for n, f in pairs) / weight if weight else _NAN)
-            else:
-                weight = sum(counts)
-                combined.append(total / weight if weight else _NAN)
-            continue
-        # min() and max() skip a NaN unless it comes first: then take the known ones.
-        found = (min if kind == 0 else max)(column)
-        if found != found:
-            found = (min if kind == 0 else max)((f for f in column if f == f), default=_NAN)
-        combined.append(found)
-    return sum(counts), combined
+    columns = zip(*(figures for _, figures in parts), strict=True)
+    return sum(counts), [_combined(i % 3, counts, column) for i, column in enumerate(columns)]
+
+
+def merge(packed: Sequence[bytes | memoryview]) -> bytes:
+    """One node's rollups over consecutive buckets, packed each, as one packed rollup
+    over them all (`combine` for each GPU). Where the node had the same GPUs throughout,
+    as it mostly has, all its figures are combined column by column in one pass."""
+    runs = [_runs(data) for data in packed]
+    ids = runs[0][0]
+    if any(other != ids for other, _, _ in runs):  # GPUs came or went: GPU by GPU
+        by_gpu: dict[int, list[tuple[int, tuple[float, ...]]]] = {}
+        for data in packed:
+            for gpu in unpack(data):
+                by_gpu.setdefault(gpu.device_id, []).append((gpu.samples, gpu.figures))
+        return pack((device_id, *combine(parts)) for device_id, parts in by_gpu.items())
+    counts = list(zip(*(samples for _, samples, _ in runs), strict=True))  # per GPU, per bucket
+    totals = [sum(c) for c in counts]
+    columns = list(zip(*(figures for _, _, figures in runs), strict=True))  # per figure, per bucket
+    # Each kind of figure over all GPUs at once, most of it in C (minima, maxima, sums).
+    figures = [0.0] * len(columns)
+    figures[0::3] = map(min, columns[0::3])
+    figures[2::3] = map(max, columns[2::3])
+    per_gpu = len(MEASURES)
+    figures[1::3] = [sum(map(operator.mul, counts[i // per_gpu], column)) / totals[i // per_gpu]
+                     for i, column in enumerate(columns[1::3])]
+    total = sum(figures)
+    if total != total:  # a part misses a figure (or min()/max() met a NaN first): as `combine` has it
+        figures = [f if f == f else _combined(i % 3, counts[i // FIGURES], columns[i]) for i, f in enumerate(figures)]
+    return _pack_runs(ids, totals, figures)
+
+
+def _combined(kind: int, counts: Sequence[int], column: Sequence[float]) -> float:
+    """The minimum (kind 0), the mean weighted by `counts` (1) or the maximum (2) of
+    one figure's `column` of parts, leaving out the parts that miss it."""
+    if kind == 1:
+        total = sum(map(operator.mul, counts, column))
+        if total == total:
+            return total / sum(counts)
+        pairs = [(n, f) for n, f in zip(counts, column, strict=True) if f == f]
+        weight = sum(n for n, _ in pairs)
+        return sum(n * f for n, f in pairs) / weight if weight else _NAN
+    # min() and max() skip a NaN unless it comes first: then take the known ones.
+    found = (min if kind == 0 else max)(column)
+    if found != found:
+        found = (min if kind == 0 else max)((f for f in column if f == f), default=_NAN)
+    return found
+
+
+def _runs(data: bytes | memoryview) -> tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...]]:
+    """The three runs of packed `data`: device ids, sample counts, figures."""
+    n = len(data) // GPU_BYTES
+    return (struct.unpack_from(f"<{n}q", data, 0), struct.unpack_from(f"<{n}I", data, 8 * n),
+            struct.unpack_from(f"<{n * FIGURES}f", data, 12 * n))
+
+
+def _pack_runs(ids: Sequence[int], samples: Sequence[int], figures: Sequence[float]) -> bytes:
+    n = len(ids)
+    layout = f"<{n}q{n}I{n * FIGURES}f"
+    try:
+        return struct.pack(layout, *ids, *samples, *figures)
+    except OverflowError:  # a reading too big for float32: infinite, rather than no rollup at all
+        figures = [f if f != f or abs(f) <= 3.4e38 else math.copysign(math.inf, f) for f in figures]
+        return struct.pack(layout, *ids, *samples, *figures)
 
 
 def _known(figure: float, whole: bool = False) -> float | int | None:

@@ -52,6 +52,19 @@ def test_it_combines_minima_means_weighted_by_samples_and_maxima_leaving_out_mis
     assert samples == 1 and all(math.isnan(f) for f in figures)
 
 
+def test_a_node_s_rollups_merge_as_each_gpu_s_combine_whether_its_gpus_stayed_or_changed():
+    a = [(1, 2, [1.0, 2.0, 3.0] * 4), (2, 1, [NAN] * 3 + [5.0, 6.0, 7.0] * 3)]
+    b = [(1, 1, [0.0, 5.0, 9.0] * 4), (2, 3, [4.0, 4.0, 4.0] * 4)]
+    merged = rollups.unpack(rollups.merge([rollups.pack(a), rollups.pack(b)]))
+    expected = [(1, *rollups.combine([(2, a[0][2]), (1, b[0][2])])), (2, *rollups.combine([(1, a[1][2]), (3, b[1][2])]))]
+    assert [(g.device_id, g.samples) for g in merged] == [(1, 3), (2, 4)]
+    assert all(_same(g.figures, e[2]) for g, e in zip(merged, expected, strict=True))
+    # GPU 2 gone in the second bucket, GPU 3 new there.
+    changed = rollups.unpack(rollups.merge([rollups.pack(a), rollups.pack([b[0], (3, 5, [8.0] * 12)])]))
+    assert [(g.device_id, g.samples) for g in changed] == [(1, 3), (2, 1), (3, 5)]
+    assert _same(changed[1].figures, a[1][2]) and changed[2].figures == (8.0,) * 12
+
+
 def test_a_gpu_s_figures_read_as_a_sample_s_means_and_maxima_with_none_for_missing():
     gpu = rollups.Gpu(3, 10, (1.0, 2.5, 4.0, 5.0, 6.0, 7.0, NAN, NAN, NAN, 8.0, 9.0, 10.0))
     assert gpu.means() == (2.5, 6.0, None, 9.0)
