@@ -290,22 +290,24 @@ def _read_rollups(series: Series, devices: list[Device], since: datetime, until:
     found: defaultdict[int, list[charts.Sample]] = defaultdict(list)
     if not devices:
         return found
-    rows = series.model.objects.filter(node_id__in={d.node_id for d in devices}, bucket__gte=since)
-    if until is not None:
-        rows = rows.filter(bucket__lt=until)
+    nodes = sorted({d.node_id for d in devices})
+    sql = (
+        f"SELECT node_id, {_epoch_sql('bucket', column)}, figures FROM {connection.ops.quote_name(series.table)}"
+        f" WHERE node_id IN ({', '.join(['%s'] * len(nodes))}) AND bucket >= %s"
+        + (" AND bucket < %s" if until is not None else "") + " ORDER BY 1, 2"
+    )
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*nodes, adapt(since), *([adapt(until)] if until is not None else [])])
+        rows = cursor.fetchall()
     wanted = {d.pk for d in devices}
-    seconds = int(column.total_seconds())
-    stretches: defaultdict[tuple[int, int], list[tuple[int, tuple[float, ...]]]] = defaultdict(list)
-    for bucket, packed in rows.values_list("bucket", "figures"):
-        epoch = int(bucket.timestamp()) // seconds * seconds
-        for gpu in rollups.unpack(packed):
-            if gpu.device_id in wanted:
-                stretches[gpu.device_id, epoch].append((gpu.samples, gpu.figures))
-    for (device_id, epoch), parts in sorted(stretches.items()):
-        gpu = rollups.Gpu(device_id, *rollups.combine(parts))
+    # Each node's rows of one stretch merged: all its GPUs at once.
+    for (_, epoch), stretch in groupby(rows, itemgetter(0, 1)):
         # The first stretch may begin before the chart does: it is drawn at its start.
         at = max(datetime.fromtimestamp(epoch, UTC), start)
-        found[device_id].append(charts.Sample(at, *gpu.means(), gpu.samples, *gpu.maxima()))
+        for gpu in rollups.unpack(rollups.merge([packed for _, _, packed in stretch])):
+            if gpu.device_id in wanted:
+                found[gpu.device_id].append(charts.Sample(at, *gpu.means(), gpu.samples, *gpu.maxima()))
     return found
 
 

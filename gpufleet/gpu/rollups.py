@@ -25,8 +25,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 MEASURES = ("vram_used_mib", "utilization_percent", "temperature_c", "power_draw_w")
-# Those read in whole numbers: their minima and maxima are whole too.
-WHOLE = (True, True, True, False)
+# VRAM, utilization and temperature are read in whole numbers: their minima and maxima are whole too.
 # Per measure: its minimum, mean and maximum.
 FIGURES = 3 * len(MEASURES)
 GPU_BYTES = 8 + 4 + 4 * FIGURES
@@ -41,12 +40,16 @@ class Gpu(NamedTuple):
     samples: int
     figures: tuple[float, ...]  # FIGURES of them, NaN where missing
 
+    # Written out, not looped: a node page's chart reads a thousand of these.
     def means(self) -> tuple[float | None, ...]:
         """The mean of each of MEASURES (None where missing)."""
-        return tuple(_known(f) for f in self.figures[1::3])
+        f = self.figures
+        return _known(f[1]), _known(f[4]), _known(f[7]), _known(f[10])
 
     def maxima(self) -> tuple[float | int | None, ...]:
-        return tuple(_known(f, whole) for f, whole in zip(self.figures[2::3], WHOLE, strict=True))
+        """The maximum of each of MEASURES (None where missing; whole for the whole-number readings)."""
+        f = self.figures
+        return _whole(f[2]), _whole(f[5]), _whole(f[8]), _known(f[11])
 
 
 def pack(gpus: Iterable[tuple[int, int, Sequence[float | None]]]) -> bytes:
@@ -77,6 +80,8 @@ def merge(packed: Sequence[bytes | memoryview]) -> bytes:
     as it mostly has, all its figures are combined column by column in one pass."""
     runs = [_runs(data) for data in packed]
     ids = runs[0][0]
+    if len(runs) == 1:
+        return bytes(packed[0])
     if any(other != ids for other, _, _ in runs):  # GPUs came or went: GPU by GPU
         by_gpu: dict[int, list[tuple[int, tuple[float, ...]]]] = {}
         for data in packed:
@@ -133,7 +138,11 @@ def _pack_runs(ids: Sequence[int], samples: Sequence[int], figures: Sequence[flo
         return struct.pack(layout, *ids, *samples, *figures)
 
 
-def _known(figure: float, whole: bool = False) -> float | int | None:
+def _known(figure: float) -> float | None:
+    return None if figure != figure else figure
+
+
+def _whole(figure: float) -> float | int | None:
     if figure != figure:
         return None
-    return int(figure) if whole and math.isfinite(figure) else figure
+    return int(figure) if math.isfinite(figure) else figure
