@@ -18,7 +18,7 @@ import string
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 
-from django.db.models import Prefetch, QuerySet, TextField
+from django.db.models import Count, Prefetch, QuerySet, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -86,31 +86,64 @@ _REPORT_NODE_FIELDS = ("name", "offline", "health", "collected_at", "last_seen",
                        "runtime_installed", "toolkit_version", "cdi_spec_files", "cdi_devices", "attach")
 
 
-def fleet_reports(nodes: QuerySet, only_problems: bool = False) -> Iterator[dict]:
+def fleet_reports(nodes: QuerySet, only_problems: bool = False) -> FleetReports:
     """Reports of `nodes` in their order; with `only_problems`, nodes with nothing
-    to report (online, no warn or fail finding) are left out. Each is built by the
-    same `HostDiagnosis.to_dict` as one node's report, from GPUs and findings read
-    as plain values a chunk of nodes at a time: a model row for each GPU and
-    finding made a large fleet's export about twice as slow."""
-    rows = nodes.only(*_REPORT_NODE_FIELDS).iterator(chunk_size=CHUNK_SIZE)
-    while chunk := list(itertools.islice(rows, CHUNK_SIZE)):
-        findings, devices = _chunk_contents([node.pk for node in chunk], only_problems, with_devices=True)
-        for node in chunk:
-            diagnosis = node.diagnosis_of(
-                tuple(gpu.Device.from_dict(d) for d in devices[node.pk]),
-                tuple(gpu.Finding(code=code, name=name, status=status, message=message, fix=fix)
-                      for code, name, status, message, fix in findings[node.pk]),
-            )
-            report = _report(node, diagnosis)
-            if only_problems and not report["findings"] and report["status"] != Health.OFFLINE:
-                continue
-            yield report
+    to report (online, no warn or fail finding) are left out. Each has the shape of
+    `HostDiagnosis.to_dict` (one node's report), with its GPUs and findings read as
+    plain values a chunk of nodes at a time and written by the domain's own rules
+    (gpu.device_dict, gpu.finding_dict): a model row, or a domain Device, for each
+    GPU made a large fleet's export several times slower."""
+    return FleetReports(nodes, only_problems)
+
+
+class FleetReports:
+    """The fleet's reports, made as they are iterated. The Markdown prints of a node's
+    GPUs only how many there are: `with_gpu_counts` gives each report without its
+    GPUs and their count, so their figures are not read at all."""
+
+    def __init__(self, nodes: QuerySet, only_problems: bool):
+        self.nodes = nodes
+        self.only_problems = only_problems
+
+    def __iter__(self) -> Iterator[dict]:
+        return (report for report, _ in self._reports(with_devices=True))
+
+    def with_gpu_counts(self) -> Iterator[tuple[dict, int]]:
+        return self._reports(with_devices=False)
+
+    def _reports(self, with_devices: bool) -> Iterator[tuple[dict, int]]:
+        rows = self.nodes.only(*_REPORT_NODE_FIELDS).iterator(chunk_size=CHUNK_SIZE)
+        while chunk := list(itertools.islice(rows, CHUNK_SIZE)):
+            ids = [node.pk for node in chunk]
+            findings, devices = _chunk_contents(ids, self.only_problems, with_devices)
+            counts = None if with_devices else _gpu_counts(ids)
+            for node in chunk:
+                report = _report(node, node.diagnosis_of((), ()))
+                report["findings"] = [gpu.finding_dict(*cells) for cells in findings[node.pk]]
+                if self.only_problems and not report["findings"] and report["status"] != Health.OFFLINE:
+                    continue
+                if counts is None:
+                    report["devices"] = [gpu.device_dict(d) for d in devices[node.pk]]
+                    yield report, len(report["devices"])
+                else:
+                    del report["devices"]
+                    yield report, counts.get(node.pk, 0)
+
+
+def _current_devices(ids: list[int]) -> QuerySet:
+    return Device.objects.filter(node_id__in=ids, vanished_at__isnull=True)
+
+
+def _gpu_counts(ids: list[int]) -> dict[int, int]:
+    """How many current GPUs each of the nodes `ids` has (those with none left out); one query."""
+    return dict(_current_devices(ids).values("node_id").annotate(count=Count("pk")).values_list("node_id", "count"))
 
 
 def _chunk_contents(ids: list[int], only_problems: bool, with_devices: bool) -> tuple[dict, dict]:
     """For the nodes `ids`: their findings as (code, name, status, message, fix) in the
     doctor's order (the warn and fail ones with `only_problems`), and their current
-    GPUs as reported (gpu.Device.to_dict's keys) by index; two queries."""
+    GPUs as reported (gpu.Device.to_dict's keys, those an older agent did not send
+    missing) by index; two queries."""
     findings = Finding.objects.filter(node_id__in=ids).order_by("node_id", "position")
     if only_problems:
         findings = findings.filter(status__in=PROBLEM_STATUSES)
@@ -119,14 +152,14 @@ def _chunk_contents(ids: list[int], only_problems: bool, with_devices: bool) -> 
         by_node[node_id].append(cells)
     devices: dict[int, list] = {pk: [] for pk in ids}
     if with_devices:
-        current = Device.objects.filter(node_id__in=ids, vanished_at__isnull=True).order_by("node_id", "index")
-        # `health` as text, decoded here: JSONField's own decoding per row took half
-        # of this read at 80,000 GPUs.
-        for node_id, health, pci_bus_id, *columns in current.values_list(
+        rows = list(_current_devices(ids).order_by("node_id", "index").values_list(
             "node_id", Cast("health", TextField()), "pci_bus_id", *Device.COLUMNS
-        ):
-            reported = Device.reported(json.loads(health), dict(zip(Device.COLUMNS, columns, strict=True)), pci_bus_id)
-            devices[node_id].append(reported)
+        ))
+        # `health` as text, decoded here for the whole chunk at once: JSONField's own
+        # decoding per row took half of this read, and a json.loads per row much of the rest.
+        healths = json.loads("[" + ",".join(health for _, health, *_ in rows) + "]")
+        for (node_id, _, pci_bus_id, *columns), health in zip(rows, healths, strict=True):
+            devices[node_id].append(Device.reported(health, dict(zip(Device.COLUMNS, columns, strict=True)), pci_bus_id))
     return by_node, devices
 
 
@@ -141,12 +174,17 @@ def node_json(report: dict) -> Iterator[str]:
     yield json.dumps(report, indent=2) + "\n"
 
 
+# json.dumps as it stands, but for the check for a list or dict that holds itself, which
+# a report (a tree made here) never does and which slowed the writing of each.
+_json_report = json.JSONEncoder(check_circular=False).encode
+
+
 def fleet_json(reports: Iterable[dict], generated_at: datetime | None = None) -> Iterator[str]:
     """{"schema_version": 1, "generated_at": ..., "nodes": [...]}, written node by node."""
     generated_at = generated_at or timezone.now()
     yield f'{{"schema_version": {REPORT_SCHEMA_VERSION}, "generated_at": {json.dumps(generated_at.isoformat())}, "nodes": ['
     for i, report in enumerate(reports):
-        yield ("," if i else "") + "\n" + json.dumps(report)
+        yield ("," if i else "") + "\n" + _json_report(report)
     yield "\n]}\n"
 
 
@@ -195,9 +233,17 @@ LIST_CELLS = {
 }
 
 
+# Each GPU column with how its list reads in a cell (None: the value as it is).
+_DEVICE_CELLS = tuple((column, LIST_CELLS.get(column)) for column in DEVICE_CSV_COLUMNS)
+# Cells written as they are, most of a GPU's (csv writes None empty): _cell is for the rest.
+_AS_IS = frozenset((int, float, type(None)))
+
+
 def _device_row(node: str, d: dict) -> list:
-    cells = [LIST_CELLS[c](d.get(c)) if c in LIST_CELLS else d.get(c) for c in DEVICE_CSV_COLUMNS]
-    return [safe_cell(node), f"gpu{d['index']}", safe_cell(d["name"]), "", "", "", "device", *map(_cell, cells)]
+    get = d.get
+    cells = [get(column) if as_cell is None else as_cell(get(column)) for column, as_cell in _DEVICE_CELLS]
+    return [safe_cell(node), f"gpu{d['index']}", safe_cell(d["name"]), "", "", "", "device",
+            *[cell if type(cell) in _AS_IS else _cell(cell) for cell in cells]]
 
 
 def _cell(value):
@@ -240,13 +286,17 @@ def md_cell(value, code: bool = False) -> str:
     return f"{fence} {text} {fence}"
 
 
-def node_markdown(report: dict, heading: str = "##") -> str:
+def node_markdown(report: dict, heading: str = "##", gpus: int | None = None) -> str:
+    """One node's section; of its GPUs only how many there are (`gpus`, else counted
+    from the report's own)."""
     status = Health(report["status"])
+    if gpus is None:
+        gpus = len(report["devices"])
     lines = [
         f"{heading} {md_cell(report['node'])}: {status.label}",
         "",
         f"- Collected: {report['collected_at'] or 'never'} (last seen {report['last_seen']})",
-        f"- Driver: {md_cell(report['driver_version']) or 'none'}; GPUs: {len(report['devices'])}; "
+        f"- Driver: {md_cell(report['driver_version']) or 'none'}; GPUs: {gpus}; "
         f"attach: {md_cell(Attach(report['attach']).label)}",
         f"- Toolkit: {md_cell(report['toolkit_version']) or 'not installed'}",
     ]
@@ -265,13 +315,18 @@ def node_markdown(report: dict, heading: str = "##") -> str:
 
 
 def fleet_markdown(reports: Iterable[dict], generated_at: datetime | None = None, only_problems: bool = False) -> Iterator[str]:
+    """The fleet's Markdown; given `fleet_reports`, it reads of each node's GPUs only their count."""
     generated_at = generated_at or timezone.now()
     scope = " (warnings and failures only)" if only_problems else ""
     yield f"# gpufleet doctor report{scope}\n\nGenerated {generated_at.isoformat()}\n\n"
+    if isinstance(reports, FleetReports):
+        counted = reports.with_gpu_counts()
+    else:
+        counted = ((report, len(report["devices"])) for report in reports)
     empty = True
-    for report in reports:
+    for report, gpus in counted:
         empty = False
-        yield node_markdown(report)
+        yield node_markdown(report, gpus=gpus)
     if empty:
         yield "No nodes to report.\n"
 

@@ -23,6 +23,7 @@ from gpufleet.gpu.devices import (
     SmiQuery,
     XidCount,
     detect,
+    device_dict,
     is_nvidia_gpu_cdi_device,
     parse_mig_list,
     parse_smi,
@@ -41,6 +42,7 @@ from gpufleet.gpu.diagnosis import (
     Status,
     attach_mode,
     diagnose_host,
+    finding_dict,
     smi_failure_remedy,
 )
 from gpufleet.gpu.interfaces import (
@@ -156,7 +158,9 @@ __all__ = [
     "count_xids",
     "newer_xids",
     "detect",
+    "device_dict",
     "diagnose_host",
+    "finding_dict",
     "is_cdi_spec_name",
     "is_nvidia_gpu_cdi_device",
     "parse_kernel_log",

@@ -240,19 +240,11 @@ class Device:
     def from_dict(cls, data: dict) -> Device:
         """The inverse of to_dict. A key an agent did not send stays unknown; a key that
         is no field of a Device is refused (ValueError), never dropped."""
-        if unknown := data.keys() - _DEVICE_FIELDS:
-            raise ValueError(f"not fields of a GPU: {', '.join(sorted(map(str, unknown)))}")
-        if missing := _REQUIRED_DEVICE_FIELDS - data.keys():
-            raise TypeError(f"a Device needs {', '.join(sorted(missing))}")
+        _check_device_keys(data)
         values = dict(data)
-        if "mig_devices" in values:
-            values["mig_devices"] = tuple(MigDevice(**m) for m in values["mig_devices"])
-        if "xid_errors" in values:
-            values["xid_errors"] = tuple(XidCount(**x) for x in values["xid_errors"])
-        if "processes" in values:
-            values["processes"] = tuple(_process_from_dict(values["uuid"], p) for p in values["processes"])
-        if "attached_idle" in values:
-            values["attached_idle"] = tuple(Container(**c) for c in values["attached_idle"])
+        for name, record in _DEVICE_RECORDS.items():
+            if name in values:
+                values[name] = tuple(record(values["uuid"], item) for item in values[name])
         if values.get("throttle_reasons") is not None:
             values["throttle_reasons"] = tuple(values["throttle_reasons"])
         return cls(**values)
@@ -267,14 +259,50 @@ class Device:
 # tests/fleet/test_device_schema.py fails where one of them does not.
 DEVICE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Device))
 _DEVICE_FIELDS = frozenset(DEVICE_FIELDS)
-# A Device's fields that hold lists of records of their own (dicts in to_dict's form).
-NESTED_DEVICE_FIELDS = ("mig_devices", "xid_errors", "processes", "attached_idle")
 _REQUIRED_DEVICE_FIELDS = frozenset(f.name for f in fields(Device) if f.default is MISSING)
+# The fields a GPU holds when an agent did not send them (an older one did not know them).
+_DEVICE_DEFAULTS = tuple((f.name, None if f.default is MISSING else f.default) for f in fields(Device))
+
+
+def _check_device_keys(data: dict) -> None:
+    # Compared as they stand; the differences are made only to name them.
+    if not data.keys() <= _DEVICE_FIELDS:
+        raise ValueError(f"not fields of a GPU: {', '.join(sorted(map(str, data.keys() - _DEVICE_FIELDS)))}")
+    if not data.keys() >= _REQUIRED_DEVICE_FIELDS:
+        raise TypeError(f"a Device needs {', '.join(sorted(_REQUIRED_DEVICE_FIELDS - data.keys()))}")
 
 
 def _process_from_dict(gpu_uuid: str, data: dict) -> GpuProcess:
     container = Container(**data["container"]) if data.get("container") else None  # "claim" is optional
     return GpuProcess(gpu_uuid, data["pid"], data["name"], data.get("used_mib"), container)
+
+
+# The Device's fields that hold lists of records of their own (dicts in to_dict's form),
+# each with how a record is read from its dict, given the GPU's UUID.
+_DEVICE_RECORDS = {
+    "mig_devices": lambda gpu_uuid, data: MigDevice(**data),
+    "xid_errors": lambda gpu_uuid, data: XidCount(**data),
+    "processes": _process_from_dict,
+    "attached_idle": lambda gpu_uuid, data: Container(**data),
+}
+NESTED_DEVICE_FIELDS = tuple(_DEVICE_RECORDS)
+
+
+def device_dict(data: dict) -> dict:
+    """`Device.from_dict(data).to_dict()` without making the Device: a GPU as sent or
+    stored, what an older agent did not send filled in, in to_dict's form and key order,
+    refused as from_dict refuses it. For readers of a fleet's GPUs (the exports), where
+    a Device each was most of their cost; the few records in its lists are still read
+    as records."""
+    _check_device_keys(data)
+    get = data.get
+    values = {name: get(name, default) for name, default in _DEVICE_DEFAULTS}
+    uuid = values["uuid"]
+    for name, record in _DEVICE_RECORDS.items():
+        values[name] = [record(uuid, item).to_dict() for item in values[name]]
+    if values["throttle_reasons"] is not None:
+        values["throttle_reasons"] = list(values["throttle_reasons"])
+    return values
 
 
 def uuid_key(uuid: str) -> str:

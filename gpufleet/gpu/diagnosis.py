@@ -148,15 +148,16 @@ class Finding:
         return fix_is_command(self.fix)
 
     def to_dict(self) -> dict:
-        data = {
-            "code": self.code,
-            "name": self.name,
-            "status": str(self.status),
-            "message": self.message,
-        }
-        if self.fix:
-            data["fix"] = self.fix
-        return data
+        return finding_dict(self.code, self.name, self.status, self.message, self.fix)
+
+
+def finding_dict(code: str, name: str, status: str, message: str, fix: str) -> dict:
+    """A finding as the doctor's JSON writes it (`fix` only when there is one), from its
+    plain values, as the fleet exports read them."""
+    data = {"code": code, "name": name, "status": str(Status(status)), "message": message}
+    if fix:
+        data["fix"] = fix
+    return data
 
 
 @dataclass(frozen=True)

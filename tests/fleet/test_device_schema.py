@@ -6,6 +6,8 @@ model's columns). A field added to one of them and not to the others fails here.
 
 from __future__ import annotations
 
+import copy
+import json
 from dataclasses import MISSING, fields
 
 import pytest
@@ -140,3 +142,42 @@ def test_the_csv_has_a_column_for_every_field_but_those_it_leaves_out():
         "throttle_reasons": "sw_power_cap hw_slowdown", "xid_errors": "119x2", "processes": 1,
         "mig_devices": "3g.40gb:MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f",
     }
+
+
+# GPUs as older agents sent them (and as their rows still hold them): only the fields
+# they knew, records without their later keys.
+OLDER_GPUS = [
+    {"index": 0, "uuid": UUID, "name": "NVIDIA A100", "vram_total_mib": None, "vram_used_mib": None,
+     "utilization_percent": None},
+    {"index": 1, "uuid": UUID, "name": "NVIDIA A100", "vram_total_mib": 81920, "vram_used_mib": 10,
+     "utilization_percent": 3, "pci_bus_id": None, "throttle_reasons": None, "temperature_c": 40,
+     "processes": [{"pid": 7, "name": "python3"},
+                   {"pid": 8, "name": "x", "used_mib": 5, "container": {"id": "c", "name": "n", "image": "i"}}],
+     "attached_idle": [{"id": "c2", "name": "n2", "image": "i2"}]},
+    {"throttle_reasons": ["hw_slowdown"], "mig_devices": [{"device": 1, "profile": "1g.10gb", "uuid": "MIG-x"}],
+     "xid_errors": [{"description": "d", "last_seen": None, "count": 1, "xid": 79}],
+     "name": "NVIDIA H100", "uuid": UUID, "index": 2, "utilization_percent": 0, "vram_used_mib": 0,
+     "vram_total_mib": 1},
+    EVERY_FIELD,
+]
+
+
+@pytest.mark.parametrize("data", OLDER_GPUS, ids=range(len(OLDER_GPUS)))
+def test_a_stored_gpu_reads_as_the_domain_s_gpu_without_building_one(data):
+    """The exports fill in what an older agent did not send by gpu.device_dict, not by
+    a Device per GPU: it must give what the full conversion gives, key order included."""
+    before = copy.deepcopy(data)
+    assert json.dumps(gpu.device_dict(data)) == json.dumps(gpu.Device.from_dict(data).to_dict())
+    assert data == before
+
+
+def _without_uuid() -> dict:
+    return {key: value for key, value in EVERY_FIELD.items() if key != "uuid"}
+
+
+@pytest.mark.parametrize("data,error", [({**EVERY_FIELD, "bogus": 1}, ValueError), (_without_uuid(), TypeError)])
+def test_a_stored_gpu_is_refused_where_the_domain_refuses_it(data, error):
+    with pytest.raises(error):
+        gpu.Device.from_dict(data)
+    with pytest.raises(error):
+        gpu.device_dict(data)

@@ -3,13 +3,16 @@
 import csv
 import io
 import json
+from datetime import UTC, datetime
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from gpufleet.core.downloads import safe_cell
 from gpufleet.fleet import reports
-from gpufleet.fleet.models import Finding, Node
+from gpufleet.fleet.models import Device, Finding, Node
 from gpufleet.ingest.services import ingest_snapshot
 from tests.factories import ingest, snapshot
 from tests.fleet.test_commands import DEVICE_KEYS as DOCTOR_DEVICE_KEYS
@@ -267,3 +270,41 @@ def test_the_bench_s_copy_floor_exports_the_same_rows_as_the_fleet_csv(viewer_cl
     with connection.cursor() as cursor, cursor.connection.cursor() as raw, raw.copy(report_csv_copy()) as copy:
         floor = list(csv.reader(io.StringIO(b"".join(bytes(data) for data in copy).decode())))
     assert len(ours) > 3 and ours == floor
+
+
+def _fleet_with_an_older_agent_and_an_offline_node() -> None:
+    ingest("alpha", 2)
+    ingest("bravo", 2, used_mib=140000, toolkit=None)
+    ingest("charlie", 0, attach="none", toolkit=None)
+    older = ingest("delta", 2)
+    # Rows an older agent left: only the fields it knew, records without their later keys.
+    Device.objects.filter(node=older, index=0).update(health={})
+    Device.objects.filter(node=older, index=1).update(
+        health={"processes": [{"pid": 7, "name": "python3"}], "throttle_reasons": None})
+    Node.objects.filter(name="charlie").update(offline=True)
+
+
+@pytest.mark.django_db
+def test_the_fleet_json_says_of_each_node_what_its_own_report_says(viewer_client):
+    """The fleet's GPUs are read without a domain Device each (gpu.device_dict), a node's
+    report through one: an older agent's GPU must come out the same in both."""
+    _fleet_with_an_older_agent_and_an_offline_node()
+    fleet = _body(viewer_client.get("/report.json")).splitlines()[1:-1]
+    assert len(fleet) == 4
+    for line in fleet:
+        name = json.loads(line.rstrip(","))["node"]
+        own = json.dumps(json.loads(_body(viewer_client.get(f"/nodes/{name}/report.json"))))
+        assert line.rstrip(",") == own
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("only_problems", [False, True])
+def test_the_fleet_markdown_reads_no_gpu_s_figures_to_print_its_count(only_problems):
+    _fleet_with_an_older_agent_and_an_offline_node()
+    nodes = Node.objects.order_by("name")
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    full = "".join(reports.fleet_markdown(list(reports.fleet_reports(nodes, only_problems)), at, only_problems))
+    with CaptureQueriesContext(connection) as queries:
+        cheap = "".join(reports.fleet_markdown(reports.fleet_reports(nodes, only_problems), at, only_problems))
+    assert cheap == full and "GPUs: 2" in cheap
+    assert not [q["sql"] for q in queries.captured_queries if '"fleet_device"."health"' in q["sql"]]
