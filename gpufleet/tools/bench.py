@@ -690,7 +690,7 @@ class Bench:
             out(f"| {label} ({f[f'{key}_queries']} queries) | {ms(f[f'{key}_ms'])} | admin node changelist | "
                 f"{ms(admin)} | {_show(f[f'ratio_{key}_to_admin'])} |")
         for key, label, _ in EXPORTS:
-            out(f"| {label} ({f[f'{key}_bytes'] / 2**20:,.0f} MiB) | {ms(f[f'{key}_ms'])} | "
+            out(f"| {label} ({f[f'{key}_bytes'] / 2**20:,.1f} MiB) | {ms(f[f'{key}_ms'])} | "
                 f"COPY (SELECT ...) TO STDOUT WITH CSV, the runs either side | {ms(f.get('report_csv_copy_floor_ms'))} | "
                 f"{_show(f[f'ratio_{key}_to_copy_floor'])} |")
         out(f"| /metrics, shard 0 of {f['metrics_shards']} ({f['metrics_shard_scrape_queries']} queries, "
