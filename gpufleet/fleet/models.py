@@ -235,8 +235,8 @@ class Node(models.Model):
         return self.diagnosis_of(self._gpu_devices(devices), tuple(f.as_gpu_finding() for f in findings))
 
     def diagnosis_of(self, devices: tuple[gpu.Device, ...], findings: tuple[gpu.Finding, ...]) -> gpu.HostDiagnosis:
-        """`diagnosis` from the domain's own devices (by index) and findings, for
-        readers that build them from plain column values (fleet exports)."""
+        """`diagnosis` from the domain's own devices (by index) and findings; the fleet
+        exports pass none and add the GPUs' and findings' dicts to the report themselves."""
         return gpu.HostDiagnosis(
             info=self._info_of(devices),
             toolkit_version=self.toolkit_version,
