@@ -49,11 +49,15 @@ class ClaimForm(forms.Form):
     mode = forms.ChoiceField(choices=MODES, widget=forms.RadioSelect, initial=COUNT, label="Reserve")
     count = forms.IntegerField(min_value=1, required=False, label="How many GPUs")
     devices = DeviceChoiceField(required=False, label="Which GPUs")
+    # A user name typed, not a choice of every user: a site's directory may hold thousands,
+    # each one an option drawn on every node page.
     owner = forms.ModelChoiceField(
-        queryset=get_user_model().objects.filter(is_active=True).order_by("username"),
+        queryset=get_user_model().objects.filter(is_active=True),
+        to_field_name="username",
         required=False,
-        empty_label="Nobody",
-        help_text="Who answers for the claim.",
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+        error_messages={"invalid_choice": "No active user has that user name."},
+        help_text="Who answers for the claim: their user name here (empty: nobody).",
     )
     contact = forms.CharField(
         max_length=Claim._meta.get_field("contact").max_length,
@@ -179,7 +183,7 @@ def _initial(claim: Claim, ledger: gpu.Ledger) -> dict:
         "name": claim.name,
         "mode": claim.mode,
         "updated_at": claim.updated_at.isoformat(),
-        "owner": claim.owner_id,
+        "owner": claim.owner if claim.owner_id else None,
         "contact": claim.contact,
         "expires_at": claim.expires_at,
     }

@@ -315,7 +315,7 @@ def find(request: HttpRequest) -> HttpResponse:
 def _new_claim_initial(request) -> dict:
     """A new claim is owned by whoever adds it; "claim here" (from "find a node")
     brings the count, every GPU, or the GPUs to pin along in the query."""
-    initial = {"owner": request.user.pk}
+    initial = {"owner": request.user.get_username()}
     if request.GET.get("mode") == ALL:
         initial["mode"] = ALL
     elif request.GET.getlist(DEVICES):

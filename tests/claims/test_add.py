@@ -28,7 +28,7 @@ def test_it_redirects_after_a_plain_post_and_stores_the_claim(operator_client, o
 def test_it_audits_who_added_what(operator_client, operator):
     make_node("alpha", 8)
     operator_client.post(
-        "/claims/nodes/alpha/new/", {"name": "train", "mode": "count", "count": "3", "owner": operator.pk}
+        "/claims/nodes/alpha/new/", {"name": "train", "mode": "count", "count": "3", "owner": operator.username}
     )
     entry = AuditEntry.objects.get()
     assert (entry.user, entry.username, entry.action, entry.node_name, entry.target) == (

@@ -42,7 +42,7 @@ def test_the_form_saves_owner_contact_and_expiry(operator_client, operator, view
     make_node("alpha", 4)
     response = operator_client.post(
         "/claims/nodes/alpha/new/",
-        {"name": "train", "mode": "count", "count": "1", "owner": viewer.pk, "contact": "#ml-team",
+        {"name": "train", "mode": "count", "count": "1", "owner": viewer.username, "contact": "#ml-team",
          "expires_at": (timezone.localtime() + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M")},
     )
     assert response.status_code == 302
@@ -52,14 +52,24 @@ def test_the_form_saves_owner_contact_and_expiry(operator_client, operator, view
     assert AuditEntry.objects.get().after["owner"] == "vera"
 
 
-def test_the_add_form_offers_the_user_as_owner_and_only_active_users(operator_client, operator, viewer):
+def test_the_add_form_offers_the_user_as_owner_and_lists_no_other_user(operator_client, operator, viewer):
+    html = operator_client.get("/claims/nodes/" + make_node("alpha", 4).name + "/new/").content.decode()
+    owner_input = re.search(r'<input[^>]*name="owner"[^>]*>', html).group(0)
+    assert 'type="text"' in owner_input and f'value="{operator.username}"' in owner_input
+    # A user name typed, not every user of the site drawn as an option.
+    assert "<select name=\"owner\"" not in html and viewer.username not in html
+    assert 'type="datetime-local"' in html
+
+
+def test_an_owner_who_is_not_an_active_user_is_refused_at_its_field(operator_client, viewer):
+    make_node("alpha", 4)
     viewer.is_active = False
     viewer.save()
-    html = operator_client.get("/claims/nodes/" + make_node("alpha", 4).name + "/new/").content.decode()
-    owner_select = re.search(r'<select name="owner".*?</select>', html, re.S).group(0)
-    assert re.search(rf'<option value="{operator.pk}" selected>otto</option>', owner_select)
-    assert "vera" not in owner_select
-    assert 'type="datetime-local"' in html
+    for name in (viewer.username, "nobody-here"):
+        response = operator_client.post("/claims/nodes/alpha/new/",
+                                        {"name": "train", "mode": "count", "count": "1", "owner": name})
+        assert "No active user has that user name." in response.content.decode()
+    assert not Claim.objects.exists()
 
 
 @pytest.mark.parametrize("contact", ["ops\u202etxt", "line\nbreak"])
@@ -92,7 +102,7 @@ def test_an_expired_claim_can_be_edited_keeping_its_expiry(operator_client, oper
     shown = re.search(r'name="expires_at" value="([^"]+)"', edit).group(1)
     response = operator_client.post(
         f"/claims/{old.pk}/edit/",
-        {"name": "train", "mode": "count", "count": "2", "owner": operator.pk, "expires_at": shown,
+        {"name": "train", "mode": "count", "count": "2", "owner": operator.username, "expires_at": shown,
          "updated_at": old.updated_at.isoformat()},
     )
     # The form shows the expiry to the minute; sent back unchanged, it is kept.

@@ -163,7 +163,7 @@ def test_claim_here_prefills_the_form_and_the_ledger_still_decides_the_post(oper
     # Someone else takes two GPUs between the answer and the save: the ledger refuses.
     claim(node, "first", operator, count=2)
     response = operator_client.post(
-        "/claims/nodes/h200-four/new/", {"name": "mine", "mode": "count", "count": "3", "owner": operator.pk}
+        "/claims/nodes/h200-four/new/", {"name": "mine", "mode": "count", "count": "3", "owner": operator.username}
     )
     assert response.status_code == 200
     assert field_errors(response.content.decode(), "count") == ["Needs 3 GPUs but only 2 of 4 are free."]
@@ -185,7 +185,7 @@ def test_claim_here_on_a_mixed_node_pins_the_gpus_of_the_model(operator_client, 
     assert checked == [uuid(node, 2), uuid(node, 3)]
     response = operator_client.post(
         "/claims/nodes/mixed/new/",
-        {"name": "big", "mode": "devices", "devices": checked, "owner": operator.pk},
+        {"name": "big", "mode": "devices", "devices": checked, "owner": operator.username},
     )
     assert response.status_code == 302
     assert Claim.objects.get(name="big").device_ids == [uuid(node, 2), uuid(node, 3)]

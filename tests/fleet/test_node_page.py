@@ -117,11 +117,11 @@ def _with_history(name: str, gpus: int) -> None:
 
 
 # session, user, permissions (user, groups), node, findings; the claims panel's
-# own (devices, claims, recent claim changes: owned by the claims editor, so this
+# own (devices, claims, recent claim changes, no list of users: owned by the claims editor, so this
 # number moves when that panel does); devices, the history of all its GPUs (the
 # default 24 h: five-minute rollups, then the raw samples after them), recent jobs,
 # the timeline's last events. Nothing per GPU.
-NODE_PAGE_QUERIES = 14
+NODE_PAGE_QUERIES = 13
 
 
 @pytest.mark.django_db
