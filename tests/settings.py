@@ -5,10 +5,12 @@ import os
 import tempfile
 
 os.environ.setdefault("GPUFLEET_DATA_DIR", tempfile.mkdtemp(prefix="gpufleet-test-"))
-if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+if (worker := os.environ.get("PYTEST_XDIST_WORKER")) and os.environ.get("GPUFLEET_TEST_WORKER") != worker:
     # Each pytest-xdist worker a scratch folder of its own, not the one it inherits from the
     # controller: Prometheus' multiprocess files live there, and a snapshot stored by one
-    # worker's processes must not count in the other's metrics.
+    # worker's processes must not count in the other's metrics. Once per worker: the
+    # processes its tests start keep the folder their test gives them.
+    os.environ["GPUFLEET_TEST_WORKER"] = worker
     os.environ["GPUFLEET_DATA_DIR"] = tempfile.mkdtemp(prefix=f"gpufleet-test-{worker}-")
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
 # One signing key for the tests and the worker processes they start (which inherit the
