@@ -780,15 +780,9 @@ def _show(ratio) -> str:
 
 
 def _timed_get(client: Client, url: str, headers: dict) -> tuple[float, int, int]:
-    """ms, queries and body bytes of one GET (a streamed body read to its end)."""
-    with CaptureQueriesContext(connection) as ctx:
-        began = time.perf_counter()
-        response = client.get(url, **headers)
-        body = b"".join(response) if response.streaming else response.content
-        elapsed = time.perf_counter() - began
-    if response.status_code != 200:
-        raise RuntimeError(f"GET {url} answered {response.status_code}")
-    return 1000 * elapsed, len(ctx), len(body)
+    """ms, queries and body bytes of one GET (bench_metrics.timed_get, in ms)."""
+    seconds, queries, size = bench_metrics.timed_get(client, url, headers)
+    return 1000 * seconds, queries, size
 
 
 # --- The real path: Redis and a worker process -----------------------------------

@@ -38,11 +38,12 @@ def metrics_targets(figures: dict) -> dict:
     return {"metrics_shard_under_2_s": None if seconds is None else seconds < SHARD_SCRAPE_TARGET_S}
 
 
-def timed_get(client: Client, url: str) -> tuple[float, int, int]:
-    """Seconds, queries and body bytes of one GET that must answer 200."""
+def timed_get(client: Client, url: str, headers: dict | None = None) -> tuple[float, int, int]:
+    """Seconds, queries and body bytes of one GET that must answer 200 (a streamed body
+    read to its end); the bench times its pages with it too."""
     with CaptureQueriesContext(connection) as queries:
         began = time.perf_counter()
-        response = client.get(url)
+        response = client.get(url, **(headers or {}))
         body = b"".join(response) if response.streaming else response.content
         elapsed = time.perf_counter() - began
     if response.status_code != 200:
