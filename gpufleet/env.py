@@ -61,6 +61,25 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
+def env_prices(name: str) -> dict[str, float]:
+    """Prices by name, "NAME=PRICE" separated by semicolons (GPU model names hold
+    spaces and commas); the name "*" is the price of every other one."""
+    raw = os.environ.get(name, "")
+    prices = {}
+    for part in (p.strip() for p in raw.split(";")):
+        if not part:
+            continue
+        named, equals, price = part.rpartition("=")
+        try:
+            value = float(price)
+        except ValueError:
+            value = -1.0
+        if not equals or not named.strip() or value < 0 or value != value:
+            raise SettingError(f"{name}: {part!r} is not NAME=PRICE with a price of 0 or more")
+        prices[named.strip()] = value
+    return prices
+
+
 def env_networks(name: str) -> list[str]:
     """A comma-separated list of IP addresses or CIDR networks; none by default."""
     values = env_list(name, [])

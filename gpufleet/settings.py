@@ -19,6 +19,7 @@ from gpufleet.env import (
     env_int,
     env_list,
     env_networks,
+    env_prices,
     require_strong_secret,
 )
 
@@ -80,6 +81,7 @@ INSTALLED_APPS = [
     "gpufleet.jobs",
     "gpufleet.audit",
     "gpufleet.events",
+    "gpufleet.usage",
     "gpufleet.alerts",
     "gpufleet.ingest",
     "gpufleet.api",
@@ -281,6 +283,14 @@ GPUFLEET_IDLE_HOURS = env_float("GPUFLEET_IDLE_HOURS", 24.0, minimum=0.0001)
 GPUFLEET_HISTORY_RAW_HOURS = env_float("GPUFLEET_HISTORY_RAW_HOURS", 6.0, minimum=1.0)
 GPUFLEET_HISTORY_5M_DAYS = env_float("GPUFLEET_HISTORY_5M_DAYS", 7.0, minimum=1.0)
 GPUFLEET_HISTORY_HOURLY_DAYS = env_float("GPUFLEET_HISTORY_HOURLY_DAYS", 90.0, minimum=1.0)
+# Usage accounting (gpufleet/usage/): five-minute rows until rolled, hourly rows for reports.
+GPUFLEET_USAGE_5M_HOURS = env_float("GPUFLEET_USAGE_5M_HOURS", 24.0, minimum=2.0)
+GPUFLEET_USAGE_DAYS = env_float("GPUFLEET_USAGE_DAYS", 400.0, minimum=1.0)
+# Chargeback: a price per GPU-hour held, by GPU model ("MODEL=PRICE;...;*=PRICE"), and
+# per kWh; unset, usage reports show no cost.
+GPUFLEET_PRICE_GPU_HOUR = env_prices("GPUFLEET_PRICE_GPU_HOUR")
+GPUFLEET_PRICE_KWH = env_float("GPUFLEET_PRICE_KWH", None, minimum=0.0)  # type: ignore[arg-type]
+GPUFLEET_CURRENCY = os.environ.get("GPUFLEET_CURRENCY", "").strip()[:8]
 # Events (gpufleet/events, docs/events.md): a condition opens an event once it held this
 # long, and closes it once it stayed clear this long (a condition back sooner continues
 # it); closed events are kept this many days. Detection at ingest can be turned off.
@@ -397,6 +407,16 @@ CELERY_BEAT_SCHEDULE = {
         "task": "gpufleet.fleet.tasks.roll_history",
         "schedule": 300.0,
         "options": {"expires": 300.0},
+    },
+    # Every five minutes: the finished hours' usage rolled up (gpufleet/usage/rollup.py).
+    "roll-usage": {
+        "task": "gpufleet.usage.tasks.roll_usage",
+        "schedule": 300.0,
+        "options": {"expires": 300.0},
+    },
+    "prune-usage": {
+        "task": "gpufleet.usage.tasks.prune_usage",
+        "schedule": 3600.0,
     },
     "prune-history": {
         "task": "gpufleet.fleet.tasks.prune_history",

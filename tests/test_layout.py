@@ -10,6 +10,7 @@ code points downwards (or within its own package). Lower layers first:
                              may write audit rows and events (the fleet's memory, which
                              names nodes and jobs only by model label); claims and jobs
                              never import each other
+    usage                    GPU time added up: reads nodes and claims, releases idle ones
     alerts                   above them all: reads events (and nodes), sends on the
                              central beat; nothing below imports it, nor does ingest
     ingest, api              the top: may use every app
@@ -41,7 +42,8 @@ LAYERS = {
     "fleet": (4, 2),
     "claims": (4, 3),
     "jobs": (4, 3),
-    "alerts": (4, 4),
+    "usage": (4, 4),
+    "alerts": (4, 5),
     "ingest": (5, 0),
     "api": (5, 0),
     "tools": (6, 0),

@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHIPPED = {app: ["0001_initial"] for app in ("alerts", "api", "audit", "claims", "events", "fleet", "jobs")}
 SHIPPED["events"].append("0002_muted_and_site_events")
 SHIPPED["claims"].append("0002_claim_name_trigram")
+SHIPPED["usage"] = ["0001_initial"]
 SHIPPED["fleet"] += ["0002_finding_problems", "0003_node_search_trigram", "0004_node_rollups", "0005_finding_use"]
 
 

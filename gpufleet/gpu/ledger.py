@@ -155,7 +155,7 @@ class Ledger:
         """How many GPUs are spoken for, never above total."""
         if any(c.all for c in self.claims):
             return self.total
-        pinned = {index for c in self.claims for index in self._pinned(c)}
+        pinned = {index for c in self.claims for index in self.pinned(c)}
         counted = sum(c.count for c in self.claims if not c.device_ids and c.count > 0)
         return min(self.total, len(pinned) + counted)
 
@@ -172,7 +172,7 @@ class Ledger:
         """The claim holding that GPU by pinning it or by taking every GPU; None when
         it is free or only covered by a count (counts hold no particular GPU)."""
         for claim in self.claims:
-            if claim.all or device_index in self._pinned(claim):
+            if claim.all or device_index in self.pinned(claim):
                 return claim.name
         return None
 
@@ -248,7 +248,7 @@ class Ledger:
                 holder = self.holder_of(device.index)
                 if claim is None:
                     found.append((device, container, f"no claim named {container.claim!r} on this node"))
-                elif claim.device_ids and device.index not in self._pinned(claim):
+                elif claim.device_ids and device.index not in self.pinned(claim):
                     found.append((device, container, f"claim {claim.name!r} holds other GPUs"))
                 elif not claim.all and holder is not None and holder != claim.name:
                     found.append((device, container, f"GPU {device.index} is held by {holder!r}"))
@@ -262,20 +262,20 @@ class Ledger:
         any of those may be its own. A claim left with no GPU on the node is not idle
         (its GPUs are missing, which is flagged apart)."""
         idle = set(idle)
-        pinned_anywhere = {index for c in self.claims for index in self._pinned(c)}
+        pinned_anywhere = {index for c in self.claims for index in self.pinned(c)}
         everyone = tuple(d.index for d in self.info.devices)
         unpinned = tuple(i for i in everyone if i not in pinned_anywhere)
         found = []
         for claim in self.claims:
             if claim.device_ids:
-                judged = tuple(sorted(self._pinned(claim)))
+                judged = tuple(sorted(self.pinned(claim)))
             else:
                 judged = everyone if claim.all else unpinned
             if judged and idle.issuperset(judged):
                 found.append((claim, judged))
         return found
 
-    def _pinned(self, claim: Claim) -> set[int]:
+    def pinned(self, claim: Claim) -> set[int]:
         """Indexes of the GPUs a claim pins; ids no longer on the node pin nothing."""
         indexes = set()
         for device_id in claim.device_ids:

@@ -12,9 +12,11 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from gpufleet import gpu
+from gpufleet.gpu import accounting
 from gpufleet.claims.models import Claim
 from gpufleet.core import bulk
 from gpufleet.events import services as events
@@ -24,6 +26,7 @@ from gpufleet.ingest.refusals import count_refusals
 from gpufleet.ingest.schema import DeviceIn, Snapshot, parse_snapshot
 from gpufleet.jobs.models import JobStatus
 from gpufleet.jobs.services import report_progress
+from gpufleet.usage import record as usage
 from gpufleet.wire import SnapshotError
 
 log = logging.getLogger(__name__)
@@ -158,14 +161,18 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
     lost = _lost_devices([node for node, _ in fresh])
     claims = _claims([node for node, _ in fresh])
     acks = acknowledgements([(node, snapshot.findings, gpus[node.pk]) for node, snapshot in fresh])
-    all_findings, changed_claims = [], []
+    all_findings, changed_claims, used = [], [], []
     rule = idle_rule()
     for node, snapshot in fresh:
+        covered = usage.covered(node.collected_at, snapshot.collected_at)
         # The node as this snapshot reports it, before its ledger is made from it.
         _update_node(node, snapshot, gpus[node.pk], now)
         idle = _idle_gpus(idle_since[node.pk], snapshot.collected_at, rule)
         ledger, changed = _flag_claims(node, gpus[node.pk], claims[node.pk], idle)
         changed_claims += changed
+        holders = [usage.Holder(c.pk, c.name, c.owner_name or "") for c in claims[node.pk]]
+        used += usage.rows(node.pk, node.name, snapshot.collected_at, holders,
+                           accounting.account(ledger, covered, rule))
         findings = _central_findings(snapshot, gpus[node.pk], lost[node.pk], ledger, idle, rule, acks.get(node.pk, {}))
         all_findings.append((node, findings))
         node.health = gpu.Status.worst(f.status for f in findings)
@@ -176,6 +183,7 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
     if changed_claims:
         Claim.objects.bulk_update(changed_claims, ["missing_devices", "idle_since"])
     _store_findings(all_findings)
+    usage.add(used)
     events.record_snapshots([(node, each, gpus[node.pk], lost[node.pk]) for node, each in all_findings], now)
     bulk.update(Node, [node for node, _ in fresh], _NODE_FIELDS)
     return results
@@ -306,7 +314,8 @@ def _lost_devices(nodes: list[Node]) -> dict[int, list[Device]]:
 
 def _claims(nodes: list[Node]) -> dict[int, list[Claim]]:
     claims: dict[int, list[Claim]] = {node.pk: [] for node in nodes}
-    for claim in Claim.objects.filter(node_id__any=list(claims)).order_by("created_at", "pk"):
+    in_order = Claim.objects.filter(node_id__any=list(claims)).order_by("created_at", "pk")
+    for claim in in_order.annotate(owner_name=F("owner__username")):
         claims[claim.node_id].append(claim)
     return claims
 

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class UsageConfig(AppConfig):
+    name = "gpufleet.usage"
+    label = "usage"
