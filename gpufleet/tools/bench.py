@@ -18,6 +18,9 @@ measured in the same run, in a throwaway test database (never the configured one
   (gpufleet/tools/bench_metrics.py); the roll-up's cost and the bytes kept per GPU and bucket
   of the history (gpufleet/tools/bench_history.py), with the list pages' content made by
   gpufleet/tools/bench_lists.py;
+- the Usage page over a month of the fleet's hourly usage rows beside a plain SQL GROUP BY
+  of the same rows, and the usage roll-up of an hour beside the history's
+  (gpufleet/tools/bench_usage.py);
 - the agent as a GPU host runs it (launch.agent_worker, against a redis-server of the
   bench's own, collecting every second with this host's commands): the resident memory of
   its process tree (the commands it runs included) and its CPU per collection, beside the
@@ -55,7 +58,7 @@ from gpufleet.core import broker, launch
 from gpufleet.fleet import broker_users, credentials
 from gpufleet.fleet.models import Device, Finding, Node
 from gpufleet.ingest.services import ingest_snapshot, ingest_snapshots
-from gpufleet.tools import bench_history, bench_lists, bench_metrics, footprint, simulation
+from gpufleet.tools import bench_history, bench_lists, bench_metrics, bench_usage, footprint, simulation
 from gpufleet.tools.backfill import add_history
 from gpufleet.tools.floors import CopyFloor, report_csv_copy
 from gpufleet.tools.workers import START_TIMEOUT_S, WorkerDidNotStart, database_url, running_worker
@@ -224,6 +227,9 @@ class Bench:
             bench_metrics.measure_metrics_shard(client, self.figures, repeat)
             self._metrics(client)
             self._exports(client)
+            if reason := bench_usage.measure_usage(client, self.figures, self._say, repeat):
+                for key in bench_usage.FIGURES:
+                    self._skip(key, reason)
             self._agent_footprint()
         finally:
             connection.creation.destroy_test_db(old_name, verbosity=0)
@@ -643,6 +649,7 @@ class Bench:
             **exports,
             **bench_metrics.metrics_targets(f),
             **bench_history.history_targets(f),
+            **bench_usage.usage_targets(f),
             "agent_at_most_64_mib": None if f["agent_rss_mib"] is None else f["agent_rss_mib"] <= 64,
             "agent_cpu_at_most_1.2x_bare_commands": at_most(f["ratio_agent_cpu_to_bare_commands"], 1.2),
         }
@@ -710,6 +717,8 @@ class Bench:
                 f"{f['history_rollup_core_fraction']:.3f} of a core |")
             out(f"| history kept, raw samples, bytes per sample (not a target) | "
                 f"{f['history_raw_bytes_per_sample']:,.1f} B | - | - | - |")
+        for row in bench_usage.table_rows(f):
+            out(row)
         out("")
         out("ingest runs in the order measured (real paths beside the floor runs before and after them; the figures "
             "above are medians, each real path's ratio the median of its runs' ratios):")

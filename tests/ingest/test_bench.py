@@ -24,6 +24,7 @@ PAGES = ("overview", "node_table_fragment", "node_page", "node_page_24h", "overv
          "overview_offline_yes", "overview_offline_no", "claims_list", "claims_search", "claims_use", "events_list",
          "audit_log", "api_nodes", "api_claims", "api_events", "admin_changelist")
 EXPORTS = ("report_csv", "report_json", "report_md")
+USAGE_GROUPINGS = ("owner", "image", "claim")
 MEASURED = (
     "ingest_snapshots_per_s", "ingest_copy_floor_per_s", "ingest_one_per_s", "ingest_batch_per_s",
     "ratio_ingest_to_copy_floor", "ingest_service_snapshots_per_s", "ratio_ingest_service_to_copy_floor",
@@ -39,6 +40,9 @@ MEASURED = (
     "history_roll_5m_s", "history_roll_1h_s", "history_rollup_core_fraction", "history_5m_bytes_per_gpu_bucket",
     "history_1h_bytes_per_gpu_bucket", "history_value_bytes_per_gpu_bucket",
     "agent_rss_mib", "agent_cpu_per_cycle_s", "bare_commands_cpu_per_cycle_s", "ratio_agent_cpu_to_bare_commands",
+    "usage_hour_rows", *(f"usage_{by}_{what}" for by in USAGE_GROUPINGS for what in ("ms", "queries", "groups", "group_by_ms")),
+    *(f"ratio_usage_{by}_to_group_by" for by in USAGE_GROUPINGS), "usage_roll_5m_rows", "usage_roll_1h_rows",
+    "usage_roll_1h_s", "history_roll_hour_s", "ratio_usage_roll_to_history_roll",
 )
 FLOORS = ("ingest_copy_floor_per_s", "ratio_ingest_to_copy_floor", "report_csv_copy_floor_ms",
           "ratio_report_csv_to_copy_floor")
@@ -52,7 +56,8 @@ DEPENDS = {"ratio_ingest_to_copy_floor": ("ingest_snapshots_per_s", "ingest_copy
            **{key: ("history_roll_5m_s",) for key in ("history_roll_1h_s", "history_rollup_core_fraction",
                                                      "history_5m_bytes_per_gpu_bucket", "history_1h_bytes_per_gpu_bucket",
                                                      "history_value_bytes_per_gpu_bucket")},
-           "ratio_agent_cpu_to_bare_commands": ("agent_cpu_per_cycle_s", "bare_commands_cpu_per_cycle_s")}
+           "ratio_agent_cpu_to_bare_commands": ("agent_cpu_per_cycle_s", "bare_commands_cpu_per_cycle_s"),
+           **{key: ("history_roll_5m_s",) for key in ("history_roll_hour_s", "ratio_usage_roll_to_history_roll")}}
 
 
 def _postgresql() -> bool:
@@ -138,6 +143,9 @@ def test_on_postgresql_the_floors_are_measured_beside_their_peers(figures):
     assert 0.5 < result["report_csv_copy_floor_bytes"] / result["report_csv_bytes"] < 2
     # The history's figures are of PostgreSQL's partitions: measured there.
     assert result["history_5m_bytes_per_gpu_bucket"] > 0 and result["history_rollup_core_fraction"] > 0
+    # The usage rows are made with PostgreSQL's generate_series: measured there, each beside its floor or peer.
+    assert result["usage_hour_rows"] > 20 * 720 and result["ratio_usage_owner_to_group_by"] > 0
+    assert result["ratio_usage_roll_to_history_roll"] > 0
 
 
 @pytest.mark.integration
