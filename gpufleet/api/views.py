@@ -23,7 +23,7 @@ from ninja.parser import Parser
 from ninja.responses import Response
 
 from gpufleet import gpu
-from gpufleet.api import alerts, maintenance, serializers
+from gpufleet.api import alerts, maintenance, serializers, usage
 from gpufleet.api.auth import Refused, SessionAuth, TokenAuth
 from gpufleet.api.errors import ApiError, answer, error, errors, unsupported_media_type
 from gpufleet.api.pagination import Pages
@@ -129,6 +129,8 @@ api = Api(
 api.add_router("/", alerts.router)
 # A node's maintenance (gpufleet/api/maintenance.py).
 api.add_router("/", maintenance.router)
+# GPU usage by owner, claim, image, label, node or model (gpufleet/api/usage.py).
+api.add_router("/", usage.router)
 
 
 # An answer holds the keys its serializer wrote: one it leaves out (a finding's `fix`

@@ -37,6 +37,7 @@ ENDPOINTS = {
     "/api/silences/{pk}/": {"get", "delete"},
     "/api/nodes/{name}/maintenance/": {"get", "put", "delete"},
     "/api/deliveries/": {"get"},
+    "/api/usage/": {"get"},
 }
 
 
@@ -133,6 +134,8 @@ ANSWERS = {
     ("/api/nodes/{name}/maintenance/", "put"): {200, 400, 401, 403, 404, 415, 422},
     ("/api/nodes/{name}/maintenance/", "delete"): {204, 401, 403, 404, 409},
     ("/api/deliveries/", "get"): {200, 400, 401, 403, 404},
+    # Usage (gpufleet/api/usage.py): one report, not a list, so no page to be past.
+    ("/api/usage/", "get"): {200, 400, 401, 403},
 }
 ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -214,6 +217,8 @@ def test_the_answers_have_the_documented_shapes(client, viewer_client, operator_
         ("/api/placement?count=x", "/api/placement"),
         ("/api/events/", "/api/events/"),
         ("/api/events/?state=ajar", "/api/events/"),
+        ("/api/usage/?by=claim", "/api/usage/"),
+        ("/api/usage/?by=colour", "/api/usage/"),
     ]:
         check(viewer_client.get(url), path, "get")
     body = {"name": "x", "count": 1}
