@@ -49,10 +49,11 @@ def _busy(name: str, gpus: int, at: datetime, **kwargs) -> dict:
 
 def ingested_day(otto, vera) -> None:
     """DAY from 10:00 to 12:30, a snapshot of each node every ten minutes (the collect
-    interval is 600 s here): alpha's 4 H200s busy, 'train' (otto's) holding 2 of them
-    from 10:10 on, a container labelled for it on GPU 0; beta's 2 A100s idle, all held by
-    'notebooks' (vera's) from 10:10 on. The beat rolls at 12:05, so 12:00 to 12:30 is
-    read from the five-minute rows."""
+    interval is 600 s here): alpha's 4 H200s busy, 'train' (otto's) holding 2 of them,
+    a container labelled for it on GPU 0; beta's 2 A100s idle, all held by 'notebooks'
+    (vera's). Both claims are made after the first snapshot, so they count from the
+    snapshot of 10:10 on (each covers the ten minutes before it). The beat rolls at
+    12:05, so 12:00 to 12:30 is read from the five-minute rows."""
     box = {"id": "4f1d9c2b8e7a", "name": "trainer", "image": "pytorch/pytorch:2.5.1", "claim": "train"}
     for step in range(16):
         at = TEN + step * timedelta(minutes=10)

@@ -1,18 +1,23 @@
 """GET /api/usage/: the usage report of a period, grouped and narrowed as asked, behind
-the API's login and roles, a bad parameter refused in words naming it."""
+the API's login and roles, a bad parameter refused in words naming it; the same answer
+as `manage.py usage --json` prints and as gpufleet.usage.report reads, on rows written
+by hand and on a day stored by the real ingest and rolled by the beat's code."""
 
 from __future__ import annotations
 
+import io
 import json
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
 from gpufleet.api.models import ApiToken
 from gpufleet.usage import query, report
-from tests.usage.api_helpers import DAY, known_hours
+from gpufleet.usage.models import UsageFiveMinutes
+from tests.usage.api_helpers import DAY, ingested_day, known_hours
 
 pytestmark = pytest.mark.django_db
 
@@ -151,3 +156,36 @@ def test_the_schema_documents_its_parameters_and_its_answer(viewer_client):
     assert list(answer["properties"]) == ["by", "from", "to", "currency", "rows", "total"]
     row = components[answer["properties"]["total"]["$ref"].rsplit("/")[-1]]
     assert list(row["properties"]) == ["key", *FIGURES]
+
+
+def _command_json(*args: str) -> dict:
+    out = io.StringIO()
+    call_command("usage", *args, "--json", stdout=out)
+    return json.loads(out.getvalue())
+
+
+def test_the_api_the_command_and_the_report_agree_on_a_day_the_ingest_stored(viewer_client, operator, viewer,
+                                                                               settings, prices):
+    settings.GPUFLEET_COLLECT_INTERVAL = 600
+    ingested_day(operator, viewer)
+    assert UsageFiveMinutes.objects.filter(bucket__gte=datetime(2025, 3, 4, 12, tzinfo=UTC)).exists()
+    start, end = datetime(2025, 3, 4, tzinfo=UTC), datetime(2025, 3, 5, tzinfo=UTC)
+    for by in report.GROUPS:
+        api = viewer_client.get(URL, {"from": DAY, "to": DAY, "by": by}).json()
+        printed = _command_json("--from", DAY, "--to", DAY, "--by", by)
+        assert api == printed == query.answer(report.report(start, end, by)), by
+        assert api["rows"], by
+    narrowed = viewer_client.get(URL, {"from": DAY, "to": DAY, "by": "node", "owner": "vera"}).json()
+    assert narrowed == _command_json("--from", DAY, "--to", DAY, "--by", "node", "--owner", "vera")
+    assert narrowed == query.answer(report.report(start, end, "node", {"owner": "vera"}))
+    # Each claim is counted from the snapshot of 10:10 to that of 12:30: 15 snapshots of 600 s, 2 GPUs.
+    owners = {row["key"]["owner"]: row for row in api_rows(viewer_client, "owner")}
+    assert owners["otto"]["gpu_hours_reserved"] == pytest.approx(5.0)
+    assert owners["otto"]["gpu_hours_used"] == pytest.approx(5.0)
+    assert owners["vera"]["gpu_hours_reserved"] == pytest.approx(5.0)
+    assert owners["vera"]["gpu_hours_idle_reserved"] == pytest.approx(5.0)
+    assert owners["vera"]["efficiency"] == 0.0 and owners["otto"]["efficiency"] == pytest.approx(1.0)
+
+
+def api_rows(client, by: str) -> list[dict]:
+    return client.get(URL, {"from": DAY, "to": DAY, "by": by}).json()["rows"]
