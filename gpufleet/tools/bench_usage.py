@@ -128,35 +128,47 @@ def _table(model) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
 
-# Every node with GPUs, its GPUs and its model, at each bucket from `first` to `last`
-# `step` apart; each node and bucket two or three rows of `width` seconds a GPU: its claim's busy
-# and idle GPUs and the unclaimed rest, or unclaimed a busy half and an idle half.
+# Every node with GPUs at each bucket from `first` to `last`, `step` apart; each node and
+# bucket two or three rows of `width` seconds a GPU: its claim's busy and idle GPUs and the
+# unclaimed rest, or unclaimed a busy half and an idle half. A node's claim changes every
+# CLAIM_HOURS (its hour `e` of them); the keys of each node and claim are made once (k),
+# not again for each bucket.
 _INSERT = """
+WITH n AS MATERIALIZED (
+    SELECT id, name, gpu_count AS gpus, (%(models)s::text[])[1 + id %% {model_count}] AS model,
+           (extract(epoch FROM %(first)s::timestamptz)::bigint / 3600 + id * 37) / {claim_hours} AS first_e,
+           (extract(epoch FROM %(last)s::timestamptz)::bigint / 3600 + id * 37) / {claim_hours} AS last_e
+    FROM {nodes} WHERE gpu_count > 0
+), k AS MATERIALIZED (
+    SELECT n.id AS node_id, c.e, v.claim_id, v.claim, v.owner, v.image, v.label, v.gpus, v.busy,
+           md5(concat_ws('|', v.claim_id, v.claim, v.owner, n.model, v.image, v.label)) AS key
+    FROM n
+    CROSS JOIN LATERAL (
+        SELECT e, (n.id * 7 + e) %% 5 < 4 AS claimed,
+               CASE WHEN (n.id + e) %% 2 = 0 THEN n.gpus ELSE GREATEST(1, n.gpus / 2) END AS held,
+               n.id * 100000 + e AS claim_id,
+               (%(workloads)s::text[])[1 + (n.id + e) %% {workload_count}] || '-' || n.id || '-' || e AS claim,
+               'bench-owner-' || lpad(((n.id * 131 + e * 17) %% {owners})::text, 4, '0') AS owner,
+               'registry.example.com/team-' || (n.id + e) %% {images} || '/train:2026.' || (n.id + e) %% {images} %% 12
+                   AS image
+        FROM generate_series(n.first_e, n.last_e) AS e
+    ) AS c
+    CROSS JOIN LATERAL (VALUES
+        (c.claimed, c.claim_id, c.claim, c.owner, c.image, c.claim, c.held * 0.75, 0.9),
+        (c.claimed, c.claim_id, c.claim, c.owner, '', '', c.held * 0.25, 0.0),
+        (c.claimed AND c.held < n.gpus, NULL, '', '', '', '', (n.gpus - c.held) * 1.0, 0.05),
+        (NOT c.claimed, NULL, '', '', 'registry.example.com/shared/notebook:3', '', n.gpus * 0.5, 0.8),
+        (NOT c.claimed, NULL, '', '', '', '', n.gpus * 0.5, 0.0)
+    ) AS v(present, claim_id, claim, owner, image, label, gpus, busy)
+    WHERE v.present
+)
 INSERT INTO {table} (bucket, node_id, node, {keys}, key, {measures})
-SELECT b.bucket, n.id, n.name, k.claim_id, k.claim, k.owner, n.model, k.image, k.label,
-       md5(concat_ws('|', k.claim_id, k.claim, k.owner, n.model, k.image, k.label)),
+SELECT b.bucket, n.id, n.name, k.claim_id, k.claim, k.owner, n.model, k.image, k.label, k.key,
        k.gpus * %(width)s, k.gpus * %(width)s * k.busy, k.gpus * %(width)s,
        k.gpus * %(width)s * (90 + 510 * k.busy) / 3600.0, 0
-FROM (SELECT id, name, gpu_count AS gpus, (%(models)s::text[])[1 + id %% {model_count}] AS model
-      FROM {nodes} WHERE gpu_count > 0) AS n
+FROM n
 CROSS JOIN generate_series(%(first)s::timestamptz, %(last)s::timestamptz, %(step)s::interval) AS b(bucket)
-CROSS JOIN LATERAL (SELECT (extract(epoch FROM b.bucket)::bigint / 3600 + n.id * 37) / {claim_hours} AS e) AS w
-CROSS JOIN LATERAL (
-    SELECT (n.id * 7 + w.e) %% 5 < 4 AS claimed,
-           CASE WHEN (n.id + w.e) %% 2 = 0 THEN n.gpus ELSE GREATEST(1, n.gpus / 2) END AS held,
-           n.id * 100000 + w.e AS claim_id,
-           (%(workloads)s::text[])[1 + (n.id + w.e) %% {workload_count}] || '-' || n.id || '-' || w.e AS claim,
-           'bench-owner-' || lpad(((n.id * 131 + w.e * 17) %% {owners})::text, 4, '0') AS owner,
-           'registry.example.com/team-' || ((n.id + w.e) %% {images}) || '/train:2026.' || (w.e %% 12) AS image
-) AS c
-CROSS JOIN LATERAL (VALUES
-    (c.claimed, c.claim_id, c.claim, c.owner, c.image, c.claim, c.held * 0.75, 0.9),
-    (c.claimed, c.claim_id, c.claim, c.owner, '', '', c.held * 0.25, 0.0),
-    (c.claimed AND c.held < n.gpus, NULL, '', '', '', '', (n.gpus - c.held) * 1.0, 0.05),
-    (NOT c.claimed, NULL, '', '', 'registry.example.com/shared/notebook:3', '', n.gpus * 0.5, 0.8),
-    (NOT c.claimed, NULL, '', '', '', '', n.gpus * 0.5, 0.0)
-) AS k(present, claim_id, claim, owner, image, label, gpus, busy)
-WHERE k.present
+JOIN k ON k.node_id = n.id AND k.e = (extract(epoch FROM b.bucket)::bigint / 3600 + n.id * 37) / {claim_hours}
 """
 
 
