@@ -32,7 +32,8 @@ OPTIONS = {
 HELP = {
     "from": "the first day, YYYY-MM-DD (UTC)",
     "to": "the last day, included (default: today)",
-    "period": f"this {', '.join(period.PRESETS)} so far, instead of --from and --to (neither: this month so far)",
+    "period": f"this {', '.join(period.PRESETS[:-1])} or {period.PRESETS[-1]} so far, instead of --from and --to"
+              " (neither: this month so far)",
     "by": f"what each row is the usage of: {', '.join(report.GROUPS)} (default: {query.DEFAULT_GROUP})",
     "owner": "only the GPU time of claims this user owned",
     "claim_id": "only the GPU time this claim held",
