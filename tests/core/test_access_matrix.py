@@ -83,6 +83,7 @@ REQUIRED = {
     "api:silence": (VIEW, "get"),
     "api:node_maintenance": (VIEW, "get"),
     "api:deliveries": (VIEW, "get"),
+    "api:usage": (VIEW, "get"),
 }
 # Django's own views, with their own access rules (tested by Django), and the two open to
 # anyone: the health check and the site icon (tests/core/test_favicon.py).
