@@ -17,6 +17,7 @@ SHIPPED["events"].append("0002_muted_and_site_events")
 SHIPPED["claims"].append("0002_claim_name_trigram")
 SHIPPED["usage"] = ["0001_initial"]
 SHIPPED["fleet"] += ["0002_finding_problems", "0003_node_search_trigram", "0004_node_rollups", "0005_finding_use"]
+SHIPPED["fleet"].append("0006_node_gpus_busy_unclaimed")
 
 
 def _migrations() -> dict[str, list[Path]]:
@@ -81,9 +82,10 @@ def test_rollups_kept_per_gpu_survive_the_upgrade_to_one_row_per_node(viewer_cli
 
     from tests.factories import ingest
 
+    # Ingested first: ingest writes today's node columns, which 0003 lacks.
+    node = ingest("alpha", 2)
     executor = MigrationExecutor(connection)
     executor.migrate([("fleet", "0003_node_search_trigram")])
-    node = ingest("alpha", 2)
     gpu = node.devices.get(index=0)
     bucket = (timezone.now() - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
     with connection.cursor() as cursor:

@@ -276,8 +276,10 @@ def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None
 
 
 def _store_reserved(node: Node) -> None:
-    node.gpus_reserved = node.ledger().reserved
-    node.save(update_fields=["gpus_reserved"])
+    ledger = node.ledger()
+    # A claim may take GPUs that were busy unclaimed, or give them back.
+    node.gpus_reserved, node.gpus_busy_unclaimed = ledger.reserved, ledger.busy_unclaimed
+    node.save(update_fields=["gpus_reserved", "gpus_busy_unclaimed"])
     summary_keep.changed()  # the overview's GPUs reserved and free
 
 

@@ -134,6 +134,9 @@ class Node(models.Model):
     vram_used_mib = models.BigIntegerField(default=0)
     utilization_mean = models.FloatField(null=True, blank=True)
     gpus_reserved = models.PositiveIntegerField(default=0)
+    # GPUs busy (a process, a container attached) that no claim accounts for
+    # (gpu.Ledger.busy_unclaimed): not free, though not reserved either.
+    gpus_busy_unclaimed = models.PositiveIntegerField(default=0)
     # GPUs the node had but no longer reports (lost capacity until someone forgets them).
     gpus_lost = models.PositiveIntegerField(default=0)
     # The worst finding in words ("GPU 2 (...): Hardware slowdown active ..."), for the
@@ -182,7 +185,7 @@ class Node(models.Model):
 
     @property
     def gpus_free(self) -> int:
-        return max(0, self.gpu_count - self.gpus_reserved)
+        return max(0, self.gpu_count - self.gpus_reserved - self.gpus_busy_unclaimed)
 
     @property
     def agent_queue(self) -> str:

@@ -121,6 +121,12 @@ def _gpus(n: int) -> str:
     return "1 GPU" if n == 1 else f"{n} GPUs"
 
 
+def in_use(device: Device) -> bool:
+    """Whether something holds the GPU now: a compute process on it, or a container it
+    was given (attached, even idle)."""
+    return bool(device.processes or device.attached_idle)
+
+
 class Ledger:
     """The reservations on one node.
 
@@ -229,9 +235,21 @@ class Ledger:
         """GPUs with processes or attached containers that the claims do not account for: the busy
         GPUs no claim pins or takes whole, when there are more of them than the
         counted claims cover (a count holds no particular GPU, so it covers any)."""
-        busy = [d for d in self.info.devices if (d.processes or d.attached_idle) and self.holder_of(d.index) is None]
-        counted = sum(c.count for c in self.claims if not c.device_ids and c.count > 0)
-        return busy if len(busy) > counted else []
+        busy = self._busy_unheld()
+        return busy if len(busy) > self._counted() else []
+
+    @property
+    def busy_unclaimed(self) -> int:
+        """How many GPUs are busy (a process, or a container attached) beyond what the
+        claims account for: the busy GPUs no claim pins or takes whole, less those the
+        counted claims cover. Not free for new work, though a claim may still take them."""
+        return max(0, len(self._busy_unheld()) - self._counted())
+
+    def _busy_unheld(self) -> list[Device]:
+        return [d for d in self.info.devices if in_use(d) and self.holder_of(d.index) is None]
+
+    def _counted(self) -> int:
+        return sum(c.count for c in self.claims if not c.device_ids and c.count > 0)
 
     def misplaced(self) -> list[tuple[Device, Container, str]]:
         """Containers on a GPU (running a process there, or attached idle) whose

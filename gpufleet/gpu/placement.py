@@ -3,6 +3,8 @@
 Whether a claim fits one node is the ledger's call (`Ledger.fit`); this only asks
 each candidate node's ledger about a hypothetical claim, rules out the nodes that
 cannot take work (offline, in maintenance, failing, stale) and ranks the ones where it fits.
+A GPU busy with work no claim holds (`Ledger.busy_unclaimed`) is not offered: the
+ledger would book it, but new work there would share it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpufleet.gpu.devices import Device
-from gpufleet.gpu.ledger import Claim, Insufficient, Ledger
+from gpufleet.gpu.ledger import Claim, Insufficient, Ledger, in_use
 
 # The name of the hypothetical claim; never stored.
 PROBE = "placement"
@@ -143,24 +145,32 @@ def _try(request: PlacementRequest, candidate: Candidate) -> Fit | RuledOut:
         # Only some GPUs will do, so ask the ledger about those GPUs by name.
         if devices and not of_model:
             return RuledOut(name, NO_MODEL, f"no GPU of model {request.model!r}")
-        unpinned = [d for d in roomy if ledger.holder_of(d.index) is None]
+        unpinned = [d for d in roomy if ledger.holder_of(d.index) is None and not in_use(d)]
         if devices and not roomy:
             return RuledOut(name, LOW_VRAM, f"not enough free VRAM: no GPU has {_gib(request.min_free_vram_mib)} GiB free")
         wanted = sorted(unpinned, key=lambda d: -(free_vram_mib(d) or 0))[: request.count]
         if devices and len(wanted) < request.count:
-            return _too_few(name, min(len(unpinned), ledger.free), len(devices))
+            return _too_few(name, min(len(unpinned), _free(ledger)), len(devices), ledger.busy_unclaimed)
         probe = Claim(PROBE, device_ids=tuple(d.uuid for d in wanted))
     else:
         probe = Claim(PROBE, count=request.count)
-        unpinned = [d for d in devices if ledger.holder_of(d.index) is None]
+        unpinned = [d for d in devices if ledger.holder_of(d.index) is None and not in_use(d)]
         wanted = sorted(unpinned, key=lambda d: -(free_vram_mib(d) or 0))[: request.count]
     error = ledger.fit(probe)
+    busy = ledger.busy_unclaimed
     if isinstance(error, Insufficient):
-        return _too_few(name, error.free, error.total)
+        return _too_few(name, max(0, error.free - busy), error.total, busy)
     if error is not None:
         return RuledOut(name, error.code, str(error))
     gpus = ledger.total if request.all else request.count
-    return Fit(name, gpus, ledger.free - gpus, sum(free_vram_mib(d) or 0 for d in wanted), probe.device_ids)
+    if gpus > _free(ledger):
+        return _too_few(name, _free(ledger), ledger.total, busy)
+    return Fit(name, gpus, _free(ledger) - gpus, sum(free_vram_mib(d) or 0 for d in wanted), probe.device_ids)
+
+
+def _free(ledger: Ledger) -> int:
+    """The GPUs new work may take: free in the ledger and not busy with unclaimed work."""
+    return max(0, ledger.free - ledger.busy_unclaimed)
 
 
 def _gib(mib: int) -> str:
@@ -168,8 +178,9 @@ def _gib(mib: int) -> str:
     return f"{round(mib / 1024, 1):g}"
 
 
-def _too_few(name: str, free: int, total: int) -> RuledOut:
-    return RuledOut(name, TOO_FEW, f"too few free GPUs ({free} free of {total})")
+def _too_few(name: str, free: int, total: int, busy: int = 0) -> RuledOut:
+    more = f", {busy} busy with work no claim holds" if busy else ""
+    return RuledOut(name, TOO_FEW, f"too few free GPUs ({free} free of {total}{more})")
 
 
 def _is_model(device: Device, model: str) -> bool:

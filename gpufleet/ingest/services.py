@@ -16,12 +16,12 @@ from django.db.models import F
 from django.utils import timezone
 
 from gpufleet import gpu
-from gpufleet.gpu import accounting
 from gpufleet.claims.models import Claim
 from gpufleet.core import bulk
 from gpufleet.events import services as events
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node, XidAcknowledgement
 from gpufleet.fleet.xid_acks import acknowledgements, apply_acknowledgements
+from gpufleet.gpu import accounting
 from gpufleet.ingest.refusals import count_refusals
 from gpufleet.ingest.schema import DeviceIn, Snapshot, parse_snapshot
 from gpufleet.jobs.models import JobStatus
@@ -180,6 +180,7 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
         node.gpu_models = ", ".join(sorted({d.name for d in gpus[node.pk]}))[:500]
         node.gpus_lost = len(lost[node.pk])
         node.gpus_reserved = ledger.reserved
+        node.gpus_busy_unclaimed = ledger.busy_unclaimed
     if changed_claims:
         Claim.objects.bulk_update(changed_claims, ["missing_devices", "idle_since"])
     _store_findings(all_findings)
@@ -412,6 +413,7 @@ _NODE_FIELDS = [
     "last_seen", "collected_at", "offline", "present", "driver_version", "runtime_installed", "toolkit_version",
     "attach", "cdi_spec_files", "cdi_devices", "fixes_allowed", "gpu_count", "vram_total_mib", "vram_used_mib",
     "utilization_mean", "health", "problem", "gpu_models", "gpus_lost", "gpus_reserved",
+    "gpus_busy_unclaimed",
 ]
 
 
