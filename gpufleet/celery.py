@@ -15,4 +15,5 @@ set_up()
 
 app = Celery("gpufleet")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["gpufleet.agent", "gpufleet.alerts", "gpufleet.claims", "gpufleet.events", "gpufleet.fleet", "gpufleet.jobs"])
+app.autodiscover_tasks(["gpufleet.agent", "gpufleet.alerts", "gpufleet.claims", "gpufleet.events", "gpufleet.fleet", "gpufleet.jobs",
+                        "gpufleet.usage"])
