@@ -21,6 +21,7 @@ urlpatterns = [
     path("tokens/", include("gpufleet.api.token_urls")),
     path("claims/", include("gpufleet.claims.urls")),
     path("alerts/", include("gpufleet.alerts.urls")),
+    path("usage/", include("gpufleet.usage.urls")),
     path("", include("gpufleet.jobs.urls")),
     path("", include("gpufleet.audit.urls")),
     path("", include("gpufleet.events.urls")),

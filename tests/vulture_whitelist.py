@@ -214,6 +214,17 @@ _.svg_x  # gpufleet/fleet/charts.py
 _.more_query  # gpufleet/fleet/summary.py
 _.as_of  # gpufleet/fleet/summary.py
 _.end_index  # gpufleet/fleet/filters.py
+_.text_y  # gpufleet/usage/charts.py
+_.reserved_y  # gpufleet/usage/charts.py
+_.reserved_width  # gpufleet/usage/charts.py
+_.used_y  # gpufleet/usage/charts.py
+_.used_width  # gpufleet/usage/charts.py
+_.reserved_text_x  # gpufleet/usage/charts.py
+_.used_text_x  # gpufleet/usage/charts.py
+_.reserved_text_y  # gpufleet/usage/charts.py
+_.used_text_y  # gpufleet/usage/charts.py
+_.bar_height  # gpufleet/usage/charts.py
+_.plot_width  # gpufleet/usage/charts.py
 
 # The questions other apps ask of a node's maintenance, used by tests until they do.
 is_in_maintenance  # gpufleet/fleet/maintenance.py

@@ -89,6 +89,7 @@ def pages(job: Job) -> list[str]:
         f"/claims/nodes/{SPEC}/new/",
         "/claims/find/?count=2&model=&min_free_vram_gib=10",
         "/claims/use/",
+        "/usage/?by=claim",
         "/audit/",
         "/tokens/",
         f"/jobs/{job.pk}/",

@@ -84,6 +84,10 @@ REQUIRED = {
     "api:node_maintenance": (VIEW, "get"),
     "api:deliveries": (VIEW, "get"),
     "api:usage": (VIEW, "get"),
+    "usage:page": (VIEW, "get"),
+    "usage:export": (VIEW, "get"),
+    "usage:node_month": (VIEW, "get"),
+    "usage:claim_month": (VIEW, "get"),
 }
 # Django's own views, with their own access rules (tested by Django), and the two open to
 # anyone: the health check and the site icon (tests/core/test_favicon.py).
@@ -145,6 +149,10 @@ def _url(name: str, objects: dict) -> str:
         kwargs["index"] = 0
     if "code" in route:
         kwargs["code"] = "cdi"
+    if "node_id" in route:
+        kwargs["node_id"] = 1
+    if "claim_id" in route:
+        kwargs["claim_id"] = objects["pk_claim"]
     if "pk" in route:
         kwargs["pk"] = objects["pk_job"] if name.startswith("jobs:") else objects["pk_claim"]
         for model in ("channel", "rule", "silence"):
