@@ -1,7 +1,9 @@
 """Reading usage back: GPU-hours reserved and used, idle-reserved and used-unreserved,
-unknown, energy and cost over a period, grouped by one key. The hours the beat has
-rolled come from hourly rows; the rest of the period (the last hour or so) from the
-five-minute rows, so a report reaches up to the last snapshot stored.
+unknown, energy and cost over a period, grouped by one key. The whole hours the beat
+has rolled come from hourly rows; the rest of the period (the last hour or so, and
+the part of an hour where the period starts or ends inside one) from the five-minute
+rows, so a report reaches up to the last snapshot stored. Where those are pruned
+already, such a part hour is its share of the hourly row.
 
 One GROUP BY over those rows, whatever the period: a month of a large fleet is read
 from hourly rows, never from samples."""
@@ -9,11 +11,13 @@ from hourly rows, never from samples."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 
+from gpufleet.fleet import partitions
 from gpufleet.usage import rollup
 from gpufleet.usage.models import UsageFiveMinutes, UsageHour
 
@@ -81,25 +85,76 @@ def report(start: datetime, end: datetime, by: str, filters: dict | None = None)
     narrowed by `filters` (keys of FILTERS), largest reserved-or-used first."""
     filters = {name: value for name, value in (filters or {}).items() if value not in (None, "")}
     keys = GROUPS[by]
-    rows = _grouped(start, end, keys, filters)
+    parts = _parts(start, end)
+    rows = _grouped(parts, keys, filters)
     found = sorted((_row(dict(zip(keys, values[:len(keys)], strict=True)), values[len(keys):]) for values in rows),
                    key=lambda r: (-(r.reserved + r.used_unreserved), -r.used, str(list(r.key.values()))))
-    total = _grouped(start, end, (), filters)
+    total = _grouped(parts, (), filters)
     return Report(by, start, end, found, _row({}, total[0] if total else [None] * 9), filters)
 
 
-def _grouped(start: datetime, end: datetime, keys: tuple[str, ...], filters: dict) -> list[tuple]:
+@dataclass(frozen=True)
+class _Part:
+    """Rows of one table with buckets from `start` until before `end`, each counted
+    `weight` times (below 1: the share of an hour inside the period)."""
+
+    hourly: bool
+    start: datetime
+    end: datetime
+    weight: float = 1.0
+
+
+def _parts(start: datetime, end: datetime) -> list[_Part]:
+    """Where each part of the period is read from: its whole rolled hours from hourly
+    rows, the rest from five-minute rows, or, for a part of a rolled hour whose
+    five-minute rows may be pruned, that hour's row weighted by the part's share."""
+    hour = rollup.HOUR
+    rolled = rollup.rolled_until() or start
+    # Five-minute rows of buckets from here on are all there (prune only ever deleted older ones).
+    kept = timezone.now() - timedelta(hours=settings.GPUFLEET_USAGE_5M_HOURS)
+    first = partitions.floor(start, hour)
+    if first < start:
+        first += hour
+    last = partitions.floor(end, hour)
+    whole_until = max(first, min(last, rolled))
+
+    def part_hour(since: datetime, until: datetime) -> _Part:
+        """[since, until), inside one hour."""
+        bucket = partitions.floor(since, hour)
+        if bucket + hour <= rolled and bucket < kept:
+            return _Part(True, bucket, bucket + hour, (until - since) / hour)
+        return _Part(False, since, until)
+
+    parts = []
+    if start < min(first, end):
+        parts.append(part_hour(start, min(first, end)))
+    if first < whole_until:
+        parts.append(_Part(True, first, whole_until))
+    tail = max(whole_until, start)
+    if tail < end:
+        # Past the whole hours: the hour the period ends in, when rolled, or the hours not rolled yet.
+        parts.append(part_hour(tail, end) if tail == last and last + hour <= rolled else _Part(False, tail, end))
+    return parts
+
+
+def _grouped(parts: list[_Part], keys: tuple[str, ...], filters: dict) -> list[tuple]:
+    if not parts:
+        return []
     adapt = connection.ops.adapt_datetimefield_value
     q = connection.ops.quote_name
-    rolled = rollup.rolled_until() or start
-    split = min(max(rolled, start), end)
-    columns = ", ".join([*dict.fromkeys([*keys, *FILTERS.values(), *_SOURCE_COLUMNS])])
+    columns = ", ".join(dict.fromkeys([*keys, *FILTERS.values(), "claim_id", "model"]))
     where = "".join(f" AND {FILTERS[name]} = %s" for name in filters)
-    parameters = list(filters.values())
-    union = (
-        f"SELECT {columns} FROM {q(UsageHour._meta.db_table)} WHERE bucket >= %s AND bucket < %s{where}"
-        f" UNION ALL SELECT {columns} FROM {q(UsageFiveMinutes._meta.db_table)} WHERE bucket >= %s AND bucket < %s{where}"
-    )
+    selects, parameters = [], []
+    for part in parts:
+        table = q((UsageHour if part.hourly else UsageFiveMinutes)._meta.db_table)
+        if part.weight == 1.0:
+            measures = ", ".join(_MEASURES)
+        else:
+            measures = ", ".join(f"{c} * %s AS {c}" for c in _MEASURES)
+            parameters += [part.weight] * len(_MEASURES)
+        selects.append(f"SELECT {columns}, {measures} FROM {table} WHERE bucket >= %s AND bucket < %s{where}")
+        parameters += [adapt(part.start), adapt(part.end), *filters.values()]
+    union = " UNION ALL ".join(selects)
     reserved = "CASE WHEN claim_id IS NOT NULL THEN seen_s ELSE 0 END"
     cost, cost_parameters = _cost_sql()
     select = ", ".join([*keys, f"SUM({reserved})", "SUM(used_s)", f"SUM({reserved}) - SUM(CASE WHEN claim_id IS NOT NULL THEN used_s ELSE 0 END)",
@@ -107,12 +162,11 @@ def _grouped(start: datetime, end: datetime, keys: tuple[str, ...], filters: dic
                         "SUM(seen_s) - SUM(power_s)", "SUM(power_s)", "SUM(energy_wh)", cost])
     sql = f"SELECT {select} FROM ({union}) AS u" + (f" GROUP BY {', '.join(keys)}" if keys else "")
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*cost_parameters, adapt(start), adapt(split), *parameters,
-                             adapt(split), adapt(end), *parameters])
+        cursor.execute(sql, [*cost_parameters, *parameters])
         return cursor.fetchall()
 
 
-_SOURCE_COLUMNS = ("claim_id", "seen_s", "used_s", "power_s", "energy_wh", "unknown_s", "model")
+_MEASURES = ("seen_s", "used_s", "power_s", "energy_wh", "unknown_s")
 
 
 def _cost_sql() -> tuple[str, list]:
