@@ -1,8 +1,8 @@
 """The admin site shows, and never adds, changes or deletes, the rows that only a
 service may write (it writes the audit row, takes the node's lock, keeps the
 ledger and the node's figures right): claims, audit rows, jobs, node credentials,
-GPUs, findings, history, Xid acknowledgements, API tokens and the nodes
-themselves. Not for the admin role, not for a superuser. A model added to that
+GPUs, findings, history, Xid acknowledgements, API tokens, the hourly usage rows and
+the nodes themselves. Not for the admin role, not for a superuser. A model added to that
 list gets its line in MODELS."""
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from gpufleet.fleet.models import (
 )
 from gpufleet.gpu import rollups
 from gpufleet.jobs.models import Job, JobKind
+from gpufleet.usage.models import UsageHour
 from tests.factories import ingest
 
 pytestmark = pytest.mark.django_db
@@ -60,6 +61,8 @@ MODELS: dict[type, Callable[[Node], object]] = {
     NodeRollup1h: _rollup(NodeRollup1h),
     XidAcknowledgement: lambda node: XidAcknowledgement.objects.create(node=node, device_uuid="GPU-1"),
     ApiToken: lambda node: ApiToken.issue(User.objects.create_user("tokenowner"), "ci", "read")[0],
+    UsageHour: lambda node: UsageHour.objects.create(bucket=timezone.now(), node_id=node.pk, node=node.name, key="k",
+                                                     seen_s=3600),
 }
 
 
