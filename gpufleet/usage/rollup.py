@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Max, Min, Sum
+from django.db.models import Min, Sum
 from django.utils import timezone
 
 from gpufleet.fleet import partitions
@@ -16,19 +16,18 @@ from gpufleet.fleet.models import Node
 from gpufleet.usage import record
 from gpufleet.usage.models import UsageFiveMinutes, UsageHour
 
-HOUR = timedelta(hours=1)
+HOUR = record.HOUR
 # An hour is rolled this long after it ends: a snapshot collected at its end has been
 # ingested by then (as the history's roll-up waits, gpufleet/fleet/history.py).
 GRACE = timedelta(minutes=2)
 # At most this many hours per run: a beat that stopped catches up without one long transaction.
 ROLL_AT_MOST = 24
-UNKNOWN_KEY = "unknown"
+UNKNOWN_KEY = record.UNKNOWN_KEY
 
 
 def rolled_until() -> datetime | None:
     """The end of the last hour rolled (None: none yet)."""
-    last = UsageHour.objects.aggregate(last=Max("bucket"))["last"]
-    return last + HOUR if last is not None else None
+    return record.rolled_until()
 
 
 def roll(now: datetime | None = None) -> int:
