@@ -278,6 +278,20 @@ GPUFLEET_RELEASE_EXPIRED = env_bool("GPUFLEET_RELEASE_EXPIRED", False)
 # utilization in every snapshot for this many hours.
 GPUFLEET_IDLE_UTIL_PERCENT = env_float("GPUFLEET_IDLE_UTIL_PERCENT", 5.0, minimum=0.0)
 GPUFLEET_IDLE_HOURS = env_float("GPUFLEET_IDLE_HOURS", 24.0, minimum=0.0001)
+# The central beat tells an idle claim's owner (gpufleet/usage/idle.py); with RELEASE_IDLE
+# it releases the claim (audited, by "system") once it stayed idle GRACE_HOURS after that.
+GPUFLEET_IDLE_GRACE_HOURS = env_float("GPUFLEET_IDLE_GRACE_HOURS", 24.0, minimum=0.0)
+GPUFLEET_RELEASE_IDLE = env_bool("GPUFLEET_RELEASE_IDLE", False)
+# Email to claim owners (idle claims, monthly usage reports) goes through this SMTP server;
+# with no host set none is sent (the alert channels still hear of the events).
+EMAIL_HOST = os.environ.get("GPUFLEET_EMAIL_HOST", "").strip()
+EMAIL_PORT = env_int("GPUFLEET_EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = os.environ.get("GPUFLEET_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("GPUFLEET_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("GPUFLEET_EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = os.environ.get("GPUFLEET_EMAIL_FROM", "").strip() or "gpufleet@localhost"
+# A server that stops answering must not hold the beat's worker past its task time limit.
+EMAIL_TIMEOUT = 30
 # Per-GPU history: raw samples for hours, five-minute rollups for days, hourly ones
 # for months (gpufleet/fleet/history.py).
 GPUFLEET_HISTORY_RAW_HOURS = env_float("GPUFLEET_HISTORY_RAW_HOURS", 6.0, minimum=1.0)
@@ -432,6 +446,18 @@ CELERY_BEAT_SCHEDULE = {
         "task": "gpufleet.claims.tasks.release_expired",
         "schedule": 60.0,
         "options": {"expires": 60.0},
+    },
+    # Idle claims: their owners told, and (GPUFLEET_RELEASE_IDLE) released after the grace.
+    "idle-claims": {
+        "task": "gpufleet.usage.tasks.idle_claims",
+        "schedule": GPUFLEET_COLLECT_INTERVAL,
+        "options": {"expires": GPUFLEET_COLLECT_INTERVAL},
+    },
+    # Last month's usage reports, once the month is rolled (gpufleet/usage/monthly.py).
+    "monthly-usage-reports": {
+        "task": "gpufleet.usage.tasks.monthly_reports",
+        "schedule": 300.0,
+        "options": {"expires": 300.0},
     },
     # Events that stayed clear while nothing observed them close (gpufleet/events/services.py).
     "close-events": {

@@ -24,6 +24,9 @@ class Claim(models.Model):
     # Set at ingest while none of the claim's GPUs has done any work for
     # GPUFLEET_IDLE_HOURS (gpu.Ledger.idle_claims): since when they have been idle.
     idle_since = models.DateTimeField(null=True, blank=True, editable=False)
+    # When the central beat told the owner that the claim sits idle (gpufleet/usage/idle.py);
+    # a warning from before the current idle_since is one of an earlier idle spell.
+    idle_warned_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     created_by = models.ForeignKey(

@@ -256,10 +256,11 @@ def save_claim(
     return claim
 
 
-def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None) -> None:
+def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None,
+                 reason: str = "as it had expired") -> None:
     """Delete a claim. Raises StaleClaim (changed after `expected_updated_at`) or ClaimGone.
-    `user` None is the system (the audit log shows "system"). As for save_claim, people's
-    deletes always pass `expected_updated_at`."""
+    `user` None is the system (the audit log shows "system"; its claim-released event
+    gives `reason`). As for save_claim, people's deletes always pass `expected_updated_at`."""
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=claim.node_id)
         try:
@@ -272,7 +273,7 @@ def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None
         claim.delete()
         _store_reserved(locked)
         record(user, "claim.delete", node=locked, target=before["name"], before=before)
-        events.claim_released(locked.pk, before["name"], user)
+        events.claim_released(locked.pk, before["name"], user, reason=reason)
 
 
 def _store_reserved(node: Node) -> None:

@@ -19,8 +19,10 @@ class Kind(models.TextChoices):
     KEY_REVOKED = "key-revoked", "Node key revoked"
     CLAIM_EXPIRED = "claim-expired", "Claim expired"
     CLAIM_RELEASED = "claim-released", "Claim released"
+    CLAIM_IDLE = "claim-idle", "Claim idle"
     FIX_APPLIED = "fix-applied", "Fix applied"
     INGEST_SILENT = "ingest-silent", "No snapshots arriving"
+    USAGE_REPORT = "usage-report", "Monthly usage report"
 
 
 class Severity(models.TextChoices):

@@ -293,11 +293,25 @@ def record_once(kind: str, severity: str, node_id: int | None, message: str, *, 
     )
 
 
-def claim_released(node_id: int, name: str, user=None, now: datetime | None = None) -> Event:
-    """A claim deleted: by `user`, or (None) by the system once it expired."""
-    who = user.get_username() if user is not None and user.is_authenticated else "the system, as it had expired"
+def claim_released(node_id: int, name: str, user=None, now: datetime | None = None,
+                   reason: str = "as it had expired") -> Event:
+    """A claim deleted: by `user`, or (None) by the system, for `reason`."""
+    who = user.get_username() if user is not None and user.is_authenticated else f"the system, {reason}"
     return record_once(Kind.CLAIM_RELEASED, Severity.INFO, node_id, f"Claim {name!r} released by {who}",
                        name=f"Claim {name}", code=name.lower(), now=now, claim_name=name)
+
+
+def claim_idle(node_id: int, name: str, message: str, now: datetime | None = None) -> Event:
+    """A claim's owner told that none of its GPUs did any work for GPUFLEET_IDLE_HOURS:
+    once per idle spell, in `message` (what the owner was told)."""
+    return record_once(Kind.CLAIM_IDLE, Severity.WARN, node_id, message, name=f"Claim {name} idle",
+                       code=name.lower(), now=now, claim_name=name)
+
+
+def usage_report(month: str, title: str, text: str, now: datetime | None = None) -> Event:
+    """The fleet's usage of `month` (YYYY-MM), an event of the site, for the alert rules
+    that send usage-report events to their channels."""
+    return record_once(Kind.USAGE_REPORT, Severity.INFO, None, text, name=title, code=month, now=now)
 
 
 def key_changed(node_name: str, revoked: bool, generation: int | None = None, now: datetime | None = None) -> Event:

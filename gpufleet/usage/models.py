@@ -66,3 +66,31 @@ class UsageHour(UsageRow):
             models.Index(fields=["claim_id", "bucket"], name="usage_1h_claim_idx"),
             models.Index(fields=["owner", "bucket"], name="usage_1h_owner_idx"),
         ]
+
+
+class MonthlyReport(models.Model):
+    """A monthly usage report as it was made (gpufleet/usage/monthly.py): to an owner by
+    email (`recipient` their user name), or the fleet's summary to the alert channels
+    (`recipient` empty, sent as a usage-report event). One per month and recipient, so
+    a beat that runs often sends each once; the text is kept as it was sent."""
+
+    class Kind(models.TextChoices):
+        OWNER = "owner", "Owner's report"
+        FLEET = "fleet", "Fleet summary"
+
+    month = models.DateField(help_text="The first day of the month reported.")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    recipient = models.CharField(max_length=150, blank=True, help_text="The owner's user name; empty: the fleet.")
+    email = models.CharField(max_length=254, blank=True, help_text="Where it goes; empty: the owner has no address.")
+    subject = models.CharField(max_length=300)
+    body = models.TextField()
+    created_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+    tries = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True, help_text="Why the last try failed.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["month", "kind", "recipient"], name="one_report_per_month")]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.month:%Y-%m} {self.recipient}".strip()
