@@ -39,7 +39,7 @@ from django.utils import timezone
 from gpufleet.alerts import channels
 from gpufleet.alerts.models import Channel, Delivery, DeliveryEvent, Notice, Rule, Silence, Status
 from gpufleet.audit.models import Action, record
-from gpufleet.events.models import Event, Muted, Severity
+from gpufleet.events.models import Event, Kind, Muted, Severity
 from gpufleet.fleet.maintenance import nodes_in_maintenance
 from gpufleet.fleet.models import Health
 from gpufleet.fleet.summary import LIST_LIMIT, FleetFinding, Item
@@ -328,7 +328,10 @@ _HEADINGS = {Notice.OPENED: "", Notice.REPEAT: "still open: ", Notice.RESOLVED: 
 
 def message(delivery: Delivery, events: list[Event]) -> tuple[str, str]:
     """The title and text of a delivery: counts, one line per event (the first LISTED),
-    and a link to the Events page showing them."""
+    and a link to the Events page showing them. A monthly usage report alone is its own
+    text (gpufleet/usage/monthly.py writes it, with its link)."""
+    if len(events) == 1 and events[0].kind == Kind.USAGE_REPORT:
+        return f"gpufleet: {events[0].name}"[:300], events[0].message
     nodes = sorted({_node_name(e) or "the site" for e in events})
     severities = defaultdict(int)
     for event in events:
