@@ -25,10 +25,10 @@ pytestmark = pytest.mark.django_db
 # Per snapshot of a known node: lock the node (SELECT FOR UPDATE), upsert devices
 # (returning their first_seen and busy_at), mark vanished GPUs, insert samples, read
 # the lost GPUs, read claims, replace the findings, changed or not (delete + insert),
-# read the node's open events, save the node; plus the transaction's own statements (BEGIN/COMMIT, or a savepoint
+# add the usage rows, read the node's open events, save the node; plus the transaction's own statements (BEGIN/COMMIT, or a savepoint
 # inside a test's transaction). Where the database cannot return them (SQLite), the
 # device upsert reads first_seen and busy_at first: one statement more.
-STATEMENTS_PER_SNAPSHOT = 10
+STATEMENTS_PER_SNAPSHOT = 11
 
 
 def _row_counts():
