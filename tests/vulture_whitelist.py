@@ -242,3 +242,8 @@ in_process  # gpufleet/ingest/stream.py
 segments  # gpufleet/fleet/charts.py
 _.worst_status  # gpufleet/gpu/diagnosis.py
 TO_CENTRE  # gpufleet/wire.py
+
+# Usage rows' figures are summed in SQL by name (gpufleet/usage/record.py, rollup.py, report.py).
+_.seen_s  # gpufleet/usage/models.py
+_.used_s  # gpufleet/usage/models.py
+_.unknown_s  # gpufleet/usage/models.py

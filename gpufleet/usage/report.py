@@ -85,12 +85,17 @@ def report(start: datetime, end: datetime, by: str, filters: dict | None = None)
     narrowed by `filters` (keys of FILTERS), largest reserved-or-used first."""
     filters = {name: value for name, value in (filters or {}).items() if value not in (None, "")}
     keys = GROUPS[by]
-    parts = _parts(start, end)
-    rows = _grouped(parts, keys, filters)
+    rows = _grouped(_parts(start, end), keys, filters)
     found = sorted((_row(dict(zip(keys, values[:len(keys)], strict=True)), values[len(keys):]) for values in rows),
                    key=lambda r: (-(r.reserved + r.used_unreserved), -r.used, str(list(r.key.values()))))
-    total = _grouped(parts, (), filters)
-    return Report(by, start, end, found, _row({}, total[0] if total else [None] * 9), filters)
+    # Every figure is a sum, so the total is the groups' sums added: the period's rows are scanned once.
+    return Report(by, start, end, found, _row({}, _summed([values[len(keys):] for values in rows])), filters)
+
+
+def _summed(groups: list[tuple]) -> list:
+    """Column by column, the sum of the groups' figures (None where none has one)."""
+    width = len(_FIGURES)
+    return [sum(known) if (known := [g[i] for g in groups if g[i] is not None]) else None for i in range(width)]
 
 
 @dataclass(frozen=True)
@@ -167,6 +172,8 @@ def _grouped(parts: list[_Part], keys: tuple[str, ...], filters: dict) -> list[t
 
 
 _MEASURES = ("seen_s", "used_s", "power_s", "energy_wh", "unknown_s")
+# What _grouped gives per group after its key, in order (_row reads them).
+_FIGURES = ("reserved", "used", "idle", "unreserved", "unknown", "power_unknown", "power", "energy_wh", "cost")
 
 
 def _cost_sql() -> tuple[str, list]:

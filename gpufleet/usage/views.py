@@ -3,8 +3,8 @@ CSV and JSON exports, and the "this month" panels the node page and the claim pa
 load after them (claims and fleet sit below usage, so they cannot ask for usage
 themselves; their templates name these URLs).
 
-Each answer reads one report (report.report: one GROUP BY for the groups, one for the
-total) and at most one more query for the links of the groups shown, whatever the
+Each answer reads one report (report.report: one GROUP BY for the groups, whose sums
+are the total) and at most one more query for the links of the groups shown, whatever the
 number of groups."""
 
 from __future__ import annotations

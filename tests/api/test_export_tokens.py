@@ -20,6 +20,7 @@ EXPORTS = [
     "/report.json", "/report.csv", "/report.md",
     "/claims/use.json", "/claims/use.csv",
     "/events/export.json", "/events/export.csv",
+    "/usage/export.json", "/usage/export.csv",
 ]
 
 
@@ -99,4 +100,5 @@ def test_every_download_url_is_in_this_list():
     # /favicon.ico is the site's icon, open to anyone, no export.
     downloads = {name for route, name in _routes(get_resolver())
                  if re.search(r"\\\.\(|\.\w+$", route) and not route.startswith("api/") and name != "favicon"}
-    assert downloads == {"fleet:report", "fleet:node_report", "claims:use_export", "events:export"}
+    assert downloads == {"fleet:report", "fleet:node_report", "claims:use_export", "events:export",
+                         "usage:export"}
