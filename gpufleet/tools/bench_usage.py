@@ -1,4 +1,4 @@
-"""The bench's usage figures (issue #31), for the whole bench fleet: the Usage page over a
+"""The bench's usage figures (issue #31), at the issue's fleet size: the Usage page over a
 month of hourly rows beside a plain SQL GROUP BY of the same rows, and what rolling an
 hour of the fleet's five-minute rows adds to the central beat's roll-up, beside the
 history's roll-up of the same hour. PostgreSQL only (the rows are made with
@@ -6,7 +6,7 @@ generate_series). gpufleet/tools/bench.py calls `measure_usage`, `usage_targets`
 `table_rows`.
 
 It writes into a month long gone (it ends DAYS_BACK days before today), so nothing the
-bench ingested is in the way: MONTH_HOURS hourly rows of every node with GPUs, two or
+bench ingested is in the way: MONTH_HOURS hourly rows of the first MONTH_NODES nodes with GPUs, two or
 three a node and hour (claims a week long on four nodes in five, by a few hundred
 owners, with a few dozen images and three GPU models; the unclaimed GPUs' rows beside
 them), in set-based INSERTs (setup). Then, in turns, the page (or, while the page is
@@ -38,6 +38,10 @@ AT_MOST_TIMES_GROUP_BY = 2.0
 AT_MOST_OF_HISTORY_ROLL = 0.10
 DAYS_BACK = 2
 MONTH_HOURS = 720
+# The month's hourly rows are made for the first this many nodes: the issue's fleet for
+# the figure (a month of 60,000 nodes would be over a hundred million rows to write
+# before timing anything). The roll-up figure uses every node.
+MONTH_NODES = 10_000
 GROUPINGS = ("owner", "image", "claim")
 PAGE = "/usage/"
 # The keys of the rows made: a claim lasts CLAIM_HOURS on a node; OWNERS owners and
@@ -69,7 +73,7 @@ def measure_usage(client: Client, figures: dict, say: Callable[[str], None], rep
         return _skip(figures, say, f"the month from {start:%Y-%m-%d} holds usage already")
     empty = not UsageHour.objects.exists()
     try:
-        say(f"writing {MONTH_HOURS} hours of usage rows for every node ...")
+        say(f"writing {MONTH_HOURS} hours of usage rows for up to {MONTH_NODES:,} nodes ...")
         began = time.perf_counter()
         figures["usage_hour_rows"] = _populate_month(start, end)
         with connection.cursor() as cursor:
@@ -138,7 +142,7 @@ WITH n AS MATERIALIZED (
     SELECT id, name, gpu_count AS gpus, (%(models)s::text[])[1 + id %% {model_count}] AS model,
            (extract(epoch FROM %(first)s::timestamptz)::bigint / 3600 + id * 37) / {claim_hours} AS first_e,
            (extract(epoch FROM %(last)s::timestamptz)::bigint / 3600 + id * 37) / {claim_hours} AS last_e
-    FROM {nodes} WHERE gpu_count > 0
+    FROM {nodes} WHERE gpu_count > 0 ORDER BY id LIMIT {node_limit}
 ), k AS MATERIALIZED (
     SELECT n.id AS node_id, c.e, v.claim_id, v.claim, v.owner, v.image, v.label, v.gpus, v.busy,
            md5(concat_ws('|', v.claim_id, v.claim, v.owner, n.model, v.image, v.label)) AS key
@@ -172,8 +176,9 @@ JOIN k ON k.node_id = n.id AND k.e = (extract(epoch FROM b.bucket)::bigint / 360
 """
 
 
-def _insert(model, first: datetime, last: datetime, step: timedelta, width_s: float) -> int:
-    sql = _INSERT.format(table=_table(model), keys=", ".join(record.KEY_COLUMNS),
+def _insert(model, first: datetime, last: datetime, step: timedelta, width_s: float,
+            node_limit: int | None = None) -> int:
+    sql = _INSERT.format(table=_table(model), keys=", ".join(record.KEY_COLUMNS), node_limit=node_limit or "ALL",
                          measures=", ".join(record.MEASURE_COLUMNS), nodes=_table(Node), model_count=len(MODELS),
                          claim_hours=CLAIM_HOURS, workload_count=len(WORKLOADS), owners=OWNERS, images=IMAGES)
     with connection.cursor() as cursor:
@@ -189,7 +194,7 @@ def _populate_month(start: datetime, end: datetime) -> int:
     while day < end:
         last = min(day + timedelta(days=1), end) - rollup.HOUR
         with transaction.atomic():
-            written += _insert(UsageHour, day, last, rollup.HOUR, rollup.HOUR.total_seconds())
+            written += _insert(UsageHour, day, last, rollup.HOUR, rollup.HOUR.total_seconds(), MONTH_NODES)
         day += timedelta(days=1)
     return written
 
