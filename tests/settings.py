@@ -21,3 +21,7 @@ from gpufleet.settings import *  # noqa: F403
 
 # Fast hashing for the personas' passwords; the real hasher is tested by Django.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# WhiteNoise as the site runs it, its finders' walk done once per process, not per test client.
+MIDDLEWARE = [("tests.static_files.StaticFilesFoundOnce" if name == "whitenoise.middleware.WhiteNoiseMiddleware" else name)
+              for name in MIDDLEWARE]  # noqa: F405
