@@ -62,6 +62,9 @@ def pytest_addoption(parser):
 ONE_AT_A_TIME = pytest.mark.xdist_group("processes")
 
 
+# First: pytest-xdist's worker reads each test's group from its marks in this same hook
+# (registered after this file, so called before it unless this one goes first).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if (item.get_closest_marker("integration") or item.get_closest_marker("browser")
