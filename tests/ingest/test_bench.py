@@ -137,8 +137,12 @@ def test_on_postgresql_the_floors_are_measured_beside_their_peers(figures):
     assert len(floors) == 4 and result["report_csv_copy_floor_ms"] == pytest.approx(
         (sorted(floors)[1] + sorted(floors)[2]) / 2, abs=0.1)
     for i, key in enumerate(EXPORTS):
-        assert result[f"ratio_{key}_to_copy_floor"] == pytest.approx(
-            result[f"{key}_ms"] / ((floors[i] + floors[i + 1]) / 2), rel=0.01)
+        floor = (floors[i] + floors[i + 1]) / 2
+        ratio = result[f"{key}_ms"] / floor
+        # The bench's ratio is of the times before they are printed to 0.1 ms: at this size
+        # a tenth of a millisecond is a few percent of one, and the ratio from them as far off.
+        printed = ratio * (0.05 / result[f"{key}_ms"] + 0.05 / floor)
+        assert result[f"ratio_{key}_to_copy_floor"] == pytest.approx(ratio, rel=0.01, abs=printed + 0.001)
     # The same rows as the site's CSV (the floor quotes a little less): within a factor of two.
     assert 0.5 < result["report_csv_copy_floor_bytes"] / result["report_csv_bytes"] < 2
     # The history's figures are of PostgreSQL's partitions: measured there.
