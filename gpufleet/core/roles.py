@@ -32,9 +32,16 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
 }
 
 
-def ensure_roles(**kwargs) -> None:
-    """post_migrate handler: create the groups and give them exactly their permissions."""
+def ensure_roles(app_config=None, **kwargs) -> None:
+    """post_migrate handler: create the groups and give them exactly their permissions.
+    Django sends post_migrate once per app (after every migrate and every test flush);
+    the roles are made once, for the last app, when every app's permissions exist."""
+    from django.apps import apps
     from django.contrib.auth.models import Group, Permission
+
+    with_models = [config for config in apps.get_app_configs() if config.models_module is not None]
+    if app_config is not None and with_models and app_config.label != with_models[-1].label:
+        return
 
     for role, names in ROLE_PERMISSIONS.items():
         group, _ = Group.objects.get_or_create(name=role)
