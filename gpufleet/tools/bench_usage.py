@@ -69,7 +69,7 @@ def measure_usage(client: Client, figures: dict, say: Callable[[str], None], rep
         return _skip(figures, say, "the usage rows are made with PostgreSQL's generate_series")
     end = datetime.combine(timezone.now().astimezone(UTC).date(), datetime.min.time(), UTC) - timedelta(days=DAYS_BACK)
     start = end - timedelta(hours=MONTH_HOURS)
-    if _rows_within(start, end + rollup.HOUR):
+    if _rows_within(start, end + record.HOUR):
         return _skip(figures, say, f"the month from {start:%Y-%m-%d} holds usage already")
     empty = not UsageHour.objects.exists()
     try:
@@ -192,9 +192,9 @@ def _populate_month(start: datetime, end: datetime) -> int:
     written = 0
     day = start
     while day < end:
-        last = min(day + timedelta(days=1), end) - rollup.HOUR
+        last = min(day + timedelta(days=1), end) - record.HOUR
         with transaction.atomic():
-            written += _insert(UsageHour, day, last, rollup.HOUR, rollup.HOUR.total_seconds(), MONTH_NODES)
+            written += _insert(UsageHour, day, last, record.HOUR, record.HOUR.total_seconds(), MONTH_NODES)
         day += timedelta(days=1)
     return written
 
@@ -259,13 +259,13 @@ def _roll(figures: dict, say: Callable[[str], None], hour: datetime) -> None:
         Node.objects.filter(first_seen__gt=hour - timedelta(hours=MONTH_HOURS)).update(
             first_seen=hour - timedelta(hours=MONTH_HOURS))
         five = UsageFiveMinutes.resolution
-        figures["usage_roll_5m_rows"] = _insert(UsageFiveMinutes, hour, hour + rollup.HOUR - five, five,
+        figures["usage_roll_5m_rows"] = _insert(UsageFiveMinutes, hour, hour + record.HOUR - five, five,
                                                 five.total_seconds())
         with connection.cursor() as cursor:
             cursor.execute(f"ANALYZE {_table(UsageFiveMinutes)}")  # as autovacuum would before the hour is rolled
         say(f"rolling an hour of {figures['usage_roll_5m_rows']:,} five-minute usage rows ...")
         began = time.perf_counter()
-        written = rollup.roll(hour + rollup.HOUR + rollup.GRACE)
+        written = rollup.roll(hour + record.HOUR + rollup.GRACE)
         figures["usage_roll_1h_s"] = round(time.perf_counter() - began, 3)
         figures["usage_roll_1h_rows"] = written
         transaction.set_rollback(True)

@@ -26,7 +26,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from gpufleet.events import services as events
-from gpufleet.usage import notify, rollup
+from gpufleet.usage import notify, record
 from gpufleet.usage.models import MonthlyReport
 from gpufleet.usage.period import Period, month_before
 from gpufleet.usage.report import Report, Row, report
@@ -55,7 +55,7 @@ def run(now: datetime | None = None) -> int:
 
 
 def _rolled(period: Period, now: datetime) -> bool:
-    until = rollup.rolled_until()
+    until = record.rolled_until()
     return (until is not None and until >= period.end) or now >= period.end + ROLL_WAIT
 
 

@@ -10,7 +10,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.db import connection
@@ -26,7 +26,7 @@ from gpufleet.usage.models import UsageFiveMinutes, UsageHour, UsageRow
 # hourly roll, and the snapshot covers one interval.
 LONGEST_COVERED = 2
 
-HOUR = timedelta(hours=1)
+HOUR = UsageHour.resolution
 # The key of a node's hourly row of GPU time no snapshot covered.
 UNKNOWN_KEY = "unknown"
 

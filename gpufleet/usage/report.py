@@ -18,7 +18,7 @@ from django.db import connection
 from django.utils import timezone
 
 from gpufleet.fleet import partitions
-from gpufleet.usage import rollup
+from gpufleet.usage import record
 from gpufleet.usage.models import UsageFiveMinutes, UsageHour
 
 # What a report may be grouped by: the columns that make each group's key.
@@ -113,8 +113,8 @@ def _parts(start: datetime, end: datetime) -> list[_Part]:
     """Where each part of the period is read from: its whole rolled hours from hourly
     rows, the rest from five-minute rows, or, for a part of a rolled hour whose
     five-minute rows may be pruned, that hour's row weighted by the part's share."""
-    hour = rollup.HOUR
-    rolled = rollup.rolled_until() or start
+    hour = record.HOUR
+    rolled = record.rolled_until() or start
     # Five-minute rows of buckets from here on are all there (prune only ever deleted older ones).
     kept = timezone.now() - timedelta(hours=settings.GPUFLEET_USAGE_5M_HOURS)
     first = partitions.floor(start, hour)

@@ -15,19 +15,13 @@ from gpufleet.fleet import partitions
 from gpufleet.fleet.models import Node
 from gpufleet.usage import record
 from gpufleet.usage.models import UsageFiveMinutes, UsageHour
+from gpufleet.usage.record import HOUR, UNKNOWN_KEY, rolled_until
 
-HOUR = record.HOUR
 # An hour is rolled this long after it ends: a snapshot collected at its end has been
 # ingested by then (as the history's roll-up waits, gpufleet/fleet/history.py).
 GRACE = timedelta(minutes=2)
 # At most this many hours per run: a beat that stopped catches up without one long transaction.
 ROLL_AT_MOST = 24
-UNKNOWN_KEY = record.UNKNOWN_KEY
-
-
-def rolled_until() -> datetime | None:
-    """The end of the last hour rolled (None: none yet)."""
-    return record.rolled_until()
 
 
 def roll(now: datetime | None = None) -> int:

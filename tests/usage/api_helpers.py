@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from gpufleet.fleet.models import Node
 from gpufleet.ingest.services import ingest_snapshots
-from gpufleet.usage import rollup
+from gpufleet.usage import record, rollup
 from gpufleet.usage.models import UsageFiveMinutes, UsageHour
 from tests.claims.helpers import claim
 from tests.factories import snapshot
@@ -34,7 +34,7 @@ def known_hours() -> None:
     hour(claim_id=7, claim="train", owner="otto", model="NVIDIA H200", image="pytorch/pytorch:2.5.1", label="train",
          seen_s=7200, used_s=3600, power_s=7200, energy_wh=1400)
     hour(model="NVIDIA H200", seen_s=3600, used_s=1800)
-    hour(node_id=2, node="beta", model="NVIDIA A100", key=rollup.UNKNOWN_KEY, unknown_s=7200)
+    hour(node_id=2, node="beta", model="NVIDIA A100", key=record.UNKNOWN_KEY, unknown_s=7200)
     UsageFiveMinutes.objects.create(bucket=TEN + timedelta(hours=1), node_id=2, node="beta", claim_id=8,
                                     claim="notebooks", owner="vera", model="NVIDIA A100", key="n",
                                     seen_s=300, power_s=300, energy_wh=10)

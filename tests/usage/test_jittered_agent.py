@@ -19,7 +19,7 @@ from gpufleet import gpu
 from gpufleet.claims import services as claims
 from gpufleet.fleet.models import Node
 from gpufleet.ingest.services import ingest_snapshots
-from gpufleet.usage import report, rollup, tasks
+from gpufleet.usage import record, report, tasks
 from gpufleet.usage.models import UsageFiveMinutes, UsageHour
 from tests.factories import snapshot
 
@@ -85,13 +85,13 @@ def test_many_jittered_snapshots_a_bucket_add_up_to_the_hours_held_used_and_unkn
             assert [r.outcome for r in ingest_snapshots([_snapshot(template, moment)])] == ["accepted"]
             tasks.roll_usage()
             if moment >= END and unrolled is None:  # its last hour is not rolled yet
-                assert rollup.rolled_until() == END - timedelta(hours=1)
+                assert record.rolled_until() == END - timedelta(hours=1)
                 unrolled = report.report(HOUR, END, "image")
         # Several snapshots went into each five-minute row.
         assert UsageFiveMinutes.objects.filter(claim="night").count() < 30
         clock.move_to(LAST + timedelta(minutes=1))
         tasks.roll_usage()
-    assert rollup.rolled_until() == END
+    assert record.rolled_until() == END
 
     whole = hours(END - FIRST)
     outage = hours(OFFLINE[1] - OFFLINE[0])
