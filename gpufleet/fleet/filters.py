@@ -36,7 +36,7 @@ _SORTS = {
     "driver": F("driver_version"),
     "toolkit": F("toolkit_version"),
     "reserved": F("gpus_reserved"),
-    "free": F("gpu_count") - F("gpus_reserved") - F("gpus_busy_unclaimed"),
+    "free": Node.FREE,
     "last_seen": F("last_seen"),
 }
 SORT_CHOICES = [(key, key) for key in _SORTS] + [(f"-{key}", f"-{key}") for key in _SORTS]

@@ -183,6 +183,10 @@ class Node(models.Model):
         return (self.offline and self.refused_last_at is not None and self.refused_last_at > self.last_seen
                 and self.refused_last_reason in KEY_REFUSALS)
 
+    # GPUs neither reserved nor busy with unclaimed work, as the database reckons it
+    # (below 0 when a node lost GPUs its claims still hold); `gpus_free` in Python.
+    FREE = models.F("gpu_count") - models.F("gpus_reserved") - models.F("gpus_busy_unclaimed")
+
     @property
     def gpus_free(self) -> int:
         return max(0, self.gpu_count - self.gpus_reserved - self.gpus_busy_unclaimed)

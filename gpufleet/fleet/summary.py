@@ -112,7 +112,7 @@ class FleetSummary:
             .values("offline", "away", "health", "present", "driver_version", "toolkit_version")
             .annotate(nodes=Count("pk"), gpus=Sum("gpu_count"), vram_total=Sum("vram_total_mib"),
                       vram_used=Sum("vram_used_mib"), reserved=Sum("gpus_reserved"),
-                      free=Sum(Greatest(F("gpu_count") - F("gpus_reserved") - F("gpus_busy_unclaimed"), Value(0))), lost=Sum("gpus_lost"))
+                      free=Sum(Greatest(Node.FREE, Value(0))), lost=Sum("gpus_lost"))
             .order_by()
         )
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpufleet.gpu.devices import Device
-from gpufleet.gpu.ledger import Claim, Ledger
+from gpufleet.gpu.ledger import Ledger, containers_on
 from gpufleet.gpu.usage import IdleRule
 
 
@@ -125,6 +125,5 @@ def _sharers(device: Device, busy: bool) -> Sequence[tuple[str, str]]:
 
 
 def _labels(device: Device) -> set[str]:
-    containers = [p.container for p in device.processes if p.container] + list(device.attached_idle)
-    return {c.claim.lower() for c in containers if c.claim}
+    return {c.claim.lower() for c in containers_on(device) if c.claim}
 

@@ -121,6 +121,11 @@ def _gpus(n: int) -> str:
     return "1 GPU" if n == 1 else f"{n} GPUs"
 
 
+def containers_on(device: Device) -> list[Container]:
+    """The containers on a GPU: those of its processes, then those attached to it idle."""
+    return [p.container for p in device.processes if p.container is not None] + list(device.attached_idle)
+
+
 def in_use(device: Device) -> bool:
     """Whether something holds the GPU now: a compute process on it, or a container it
     was given (attached, even idle)."""
@@ -162,8 +167,7 @@ class Ledger:
         if any(c.all for c in self.claims):
             return self.total
         pinned = {index for c in self.claims for index in self.pinned(c)}
-        counted = sum(c.count for c in self.claims if not c.device_ids and c.count > 0)
-        return min(self.total, len(pinned) + counted)
+        return min(self.total, len(pinned) + self._counted())
 
     @property
     def free(self) -> int:
@@ -260,8 +264,7 @@ class Ledger:
         for device in self.info.devices:
             if not device.processes and not device.attached_idle:
                 continue  # most GPUs: no container to judge
-            on_it = [p.container for p in device.processes if p.container is not None] + list(device.attached_idle)
-            for container in dict.fromkeys(c for c in on_it if c.claim):
+            for container in dict.fromkeys(c for c in containers_on(device) if c.claim):
                 claim = by_name.get(container.claim.lower())
                 holder = self.holder_of(device.index)
                 if claim is None:
