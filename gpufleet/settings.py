@@ -12,6 +12,7 @@ import dj_database_url
 from csp.constants import NONE, SELF
 
 from gpufleet.core import agent_settings
+from gpufleet.sso.groups import RoleGroupsError, parse_role, parse_role_groups
 from gpufleet.env import (
     SettingError,
     env_bool,
@@ -83,6 +84,7 @@ INSTALLED_APPS = [
     "gpufleet.events",
     "gpufleet.usage",
     "gpufleet.alerts",
+    "gpufleet.sso",
     "gpufleet.ingest",
     "gpufleet.api",
     # Installed only so that manage.py finds `bench` and `simulate`: the site loads the
@@ -100,6 +102,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Only when GPUFLEET_REMOTE_USER_HEADER is set: logs in whom a trusted proxy names.
+    "gpufleet.sso.proxy.TrustedProxyMiddleware",
     "gpufleet.core.middleware.LoginRequiredHtmxMiddleware",
     "csp.middleware.CSPMiddleware",
     "gpufleet.core.middleware.RefuseNulMiddleware",
@@ -168,7 +172,9 @@ AUTH_PASSWORD_VALIDATORS = [
 # (the pair, so nobody can lock a colleague out from elsewhere); the login page says so
 # (registration/locked_out.html) and the lockout is audited (gpufleet/audit/receivers.py).
 # Axes' backend comes first and needs the request, which Django's login view passes.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# Local passwords (gpufleet/sso/backends.py), then each single sign-on way that is set up
+# below (docs/sso.md): every one of them goes through the throttle.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "gpufleet.sso.backends.LocalBackend"]
 AXES_FAILURE_LIMIT = env_int("GPUFLEET_LOGIN_FAILURE_LIMIT", 5)
 if AXES_FAILURE_LIMIT < 1:
     raise SettingError(f"GPUFLEET_LOGIN_FAILURE_LIMIT={AXES_FAILURE_LIMIT} must be at least 1")
@@ -183,6 +189,32 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 # default); then the right-most X-Forwarded-For address that is not one of them.
 AXES_CLIENT_IP_CALLABLE = "gpufleet.core.security.client_ip"
 GPUFLEET_TRUSTED_PROXIES = env_networks("GPUFLEET_TRUSTED_PROXIES")
+
+# Single sign-on (docs/sso.md): which directory groups give which role, re-read at every
+# login; a person in none gets no access unless GPUFLEET_SSO_DEFAULT_ROLE names a role.
+try:
+    GPUFLEET_SSO_ROLE_GROUPS = parse_role_groups(os.environ.get("GPUFLEET_SSO_ROLE_GROUPS", ""))
+    GPUFLEET_SSO_DEFAULT_ROLE = parse_role(os.environ["GPUFLEET_SSO_DEFAULT_ROLE"]) \
+        if os.environ.get("GPUFLEET_SSO_DEFAULT_ROLE", "").strip() else ""
+except RoleGroupsError as error:
+    raise SettingError(f"GPUFLEET_SSO_ROLE_GROUPS / GPUFLEET_SSO_DEFAULT_ROLE: {error}") from None
+# Whom the no-access page tells a refused person to ask.
+GPUFLEET_SSO_CONTACT = os.environ.get("GPUFLEET_SSO_CONTACT", "").strip() or "an admin of this gpufleet site"
+# false: only single sign-on logs people in, and a superuser made with `manage.py
+# createsuperuser` keeps a password for when the directory is down.
+GPUFLEET_LOCAL_LOGIN = env_bool("GPUFLEET_LOCAL_LOGIN", True)
+
+# An authenticating proxy in front (oauth2-proxy: X-Forwarded-User, X-Forwarded-Groups,
+# X-Forwarded-Email; Authelia: Remote-User, Remote-Groups, Remote-Email), believed only from
+# GPUFLEET_TRUSTED_PROXIES.
+GPUFLEET_REMOTE_USER_HEADER = os.environ.get("GPUFLEET_REMOTE_USER_HEADER", "").strip()
+GPUFLEET_REMOTE_GROUPS_HEADER = os.environ.get("GPUFLEET_REMOTE_GROUPS_HEADER", "").strip()
+GPUFLEET_REMOTE_EMAIL_HEADER = os.environ.get("GPUFLEET_REMOTE_EMAIL_HEADER", "").strip()
+if GPUFLEET_REMOTE_USER_HEADER:
+    if not GPUFLEET_TRUSTED_PROXIES:
+        raise SettingError("GPUFLEET_REMOTE_USER_HEADER needs GPUFLEET_TRUSTED_PROXIES: the addresses of the proxy "
+                           "whose header is believed (from anyone else it is a header a client wrote)")
+    AUTHENTICATION_BACKENDS.append("gpufleet.sso.proxy.ProxyBackend")
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "fleet:overview"

@@ -7,10 +7,12 @@ from django.urls import include, path
 
 from gpufleet.api.metrics import metrics_view
 from gpufleet.fleet import views as fleet_views
+from gpufleet.sso import views as sso_views
 
 urlpatterns = [
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", sso_views.SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/", include("gpufleet.sso.urls")),
     path("admin/", admin.site.urls),
     path("healthz", fleet_views.healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),

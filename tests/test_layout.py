@@ -13,6 +13,8 @@ code points downwards (or within its own package). Lower layers first:
     usage                    GPU time added up: reads nodes and claims, releases idle ones
     alerts                   above them all: reads events (and nodes), sends on the
                              central beat; nothing below imports it, nor does ingest
+    sso                      single sign-on: users and their roles from a directory's
+                             groups, audited; nothing below imports it
     ingest, api              the top: may use every app
     tools                    the bench, the simulated fleet and their helpers, with their
                              commands `bench` and `simulate`: may use everything, and
@@ -44,6 +46,7 @@ LAYERS = {
     "jobs": (4, 3),
     "usage": (4, 4),
     "alerts": (4, 5),
+    "sso": (4, 6),
     "ingest": (5, 0),
     "api": (5, 0),
     "tools": (6, 0),

@@ -44,6 +44,10 @@ class Action(models.TextChoices):
     SILENCE_END = "silence.end", "Silence ended"
     MAINTENANCE_START = "maintenance.start", "Maintenance set"
     MAINTENANCE_END = "maintenance.end", "Maintenance ended"
+    # Single sign-on (gpufleet.sso): each login, each role its groups changed, each refusal.
+    SSO_LOGIN = "sso.login", "Single sign-on login"
+    SSO_ROLE = "sso.role", "Role set by directory groups"
+    SSO_REFUSED = "sso.refused", "Single sign-on refused"
 
 
 class AuditEntry(models.Model):

@@ -1,0 +1,123 @@
+"""One login through single sign-on, whichever way it came (LDAP, OIDC, an authenticating
+proxy): find or make the user, give them the role their groups map to, and audit it. The
+directory decides at every login, so a person removed from a group loses the role then."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.contrib.auth.validators import UnicodeUsernameValidator
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from gpufleet.audit.models import Action, AuditEntry, record
+from gpufleet.core.roles import ROLE_PERMISSIONS
+from gpufleet.sso.groups import matched_groups, role_for
+from gpufleet.sso.models import Identity
+
+# Where the no-access page finds why the last login was refused.
+REFUSAL_KEY = "sso_refusal"
+
+
+class Refused(Exception):
+    """A login single sign-on turns away; the message is shown to the person and audited."""
+
+
+def sign_in(request, *, source: str, subject: str, username: str, email: str = "", first_name: str = "",
+            last_name: str = "", groups: Iterable[str]):
+    """The active user for this directory identity, with exactly the role its groups map
+    to; None when refused (no mapped group, a local account of that name, a user an admin
+    deactivated, a name Django cannot hold), the reason kept for the no-access page."""
+    groups = sorted({group for group in groups if isinstance(group, str) and group.strip()})
+    role = role_for(groups, settings.GPUFLEET_SSO_ROLE_GROUPS, settings.GPUFLEET_SSO_DEFAULT_ROLE or None)
+    details = {"source": source, "groups": matched_groups(groups, settings.GPUFLEET_SSO_ROLE_GROUPS)}
+    with transaction.atomic():
+        try:
+            user = _sign_in(source, subject, username, role, groups, details,
+                            email=email, first_name=first_name, last_name=last_name)
+        except Refused as refusal:
+            # Caught inside the transaction: a deactivation made before refusing is kept.
+            reason = str(refusal)
+            record(None, Action.SSO_REFUSED, target=_target(username), after={**details, "reason": reason})
+        else:
+            if request is not None and hasattr(request, "session"):
+                request.session.pop(REFUSAL_KEY, None)
+            return user
+    if request is not None and hasattr(request, "session"):
+        request.session[REFUSAL_KEY] = {"username": username[:200], "reason": reason}
+    return None
+
+
+def _sign_in(source, subject, username, role, groups, details, **profile):
+    identity = Identity.objects.select_for_update().select_related("user").filter(source=source, subject=subject).first()
+    if identity is None:
+        identity = Identity(source=source, subject=subject, user=_user_for(username))
+    user = identity.user
+    if user.pk is not None and not user.is_active and not identity.refused:
+        raise Refused(f"the account {user.get_username()} was deactivated by an admin of this site")
+    identity.groups, identity.seen_at = groups, timezone.now()
+    if role is None:
+        if user.pk is not None:
+            # Out of every mapped group: no access, and the tokens and sessions stop too.
+            identity.role, identity.refused = "", True
+            user.is_active = False
+            user.save(update_fields=["is_active"])
+            identity.save()
+            _set_role(user, None, details)
+        raise Refused(f"{username} is in none of the directory groups that give a role on this site")
+
+    _update_profile(user, **profile)
+    user.is_active = True
+    user.save()
+    identity.user, identity.role, identity.refused = user, role, False
+    identity.save()
+    _set_role(user, role, details)
+    record(user, Action.SSO_LOGIN, target=_target(user.get_username()), after={**details, "role": role})
+    return user
+
+
+def _user_for(username: str):
+    """The user single sign-on may log in under this name: an existing user who came from
+    single sign-on too, or a new one (not saved yet). A local account is never taken over."""
+    model = get_user_model()
+    try:
+        UnicodeUsernameValidator()(username)
+    except ValidationError:
+        raise Refused(f"the directory gave the user name {username!r}, which is not one this site can hold") from None
+    field = model._meta.get_field(model.USERNAME_FIELD)
+    if not username or len(username) > field.max_length:
+        raise Refused(f"the directory gave a user name of {len(username)} characters; this site holds 1 to {field.max_length}")
+    user = model._default_manager.filter(**{f"{model.USERNAME_FIELD}__iexact": username}).first()
+    if user is None:
+        user = model(**{model.USERNAME_FIELD: username})
+        user.set_unusable_password()
+        return user
+    if user.is_superuser or not user.identities.exists():
+        raise Refused(f"{user.get_username()} is a local account of this site; single sign-on does not take it over")
+    return user
+
+
+def _update_profile(user, **profile) -> None:
+    for name, value in profile.items():
+        if value:
+            setattr(user, name, value[: user._meta.get_field(name).max_length])
+
+
+def _set_role(user, role: str | None, details: dict) -> None:
+    """Exactly `role`'s group of the three role groups; other groups an admin gave stay."""
+    held = set(user.groups.filter(name__in=ROLE_PERMISSIONS).values_list("name", flat=True))
+    wanted = {role} if role else set()
+    if held == wanted:
+        return
+    user.groups.remove(*Group.objects.filter(name__in=held - wanted))
+    user.groups.add(*Group.objects.filter(name__in=wanted))
+    record(user, Action.SSO_ROLE, target=_target(user.get_username()),
+           before={"role": ", ".join(sorted(held)) or None}, after={**details, "role": role})
+
+
+def _target(username: str) -> str:
+    return username[: AuditEntry._meta.get_field("target").max_length]
