@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from gpufleet.api.models import ApiToken
 from gpufleet.audit.models import Action, AuditEntry
-from gpufleet.core.access import APPLY_FIX, EDIT_CLAIMS, VIEW, can
+from gpufleet.core.access import APPLY_FIX, EDIT_CLAIMS, can
 from gpufleet.sso.groups import parse_role_groups
 from gpufleet.sso.models import Identity
 
