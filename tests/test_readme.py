@@ -15,7 +15,7 @@ from markdown_it import MarkdownIt
 REPO = Path(__file__).resolve().parents[1]
 
 # Blocks that are not commands, by how their first line starts.
-NOT_SHELL = ("gpufleet/gpu/ ", "location / {", "scrape_configs:")
+NOT_SHELL = ("gpufleet/gpu/ ", "location / {", "scrape_configs:", "# /etc/gpufleet/central.env")
 
 # Blocks no test runs, by their first line, and why.
 NOT_RUN = {
@@ -30,6 +30,8 @@ NOT_RUN = {
     "DATABASE_URL=postgres://postgres@127.0.0.1:5432/test CELERY_BROKER_URL=redis://127.0.0.1:6379/0 "
     ".venv/bin/python manage.py bench --nodes ": "minutes on a PostgreSQL of thousands of nodes; "
     "tests/ingest/test_bench.py runs the same command at 20 nodes",
+    ".venv/bin/python manage.py createsuperuser": "Django's own command, which asks for a password; "
+    "tests/sso/test_sign_in.py logs the break-glass superuser in as made by create_superuser, what it calls",
     "git pull && .venv/bin/pip install -r requirements.txt": "upgrades a deployed site in place, as root; "
     "tests/core/test_deploy_units.py checks the units it restarts",
 }
