@@ -32,7 +32,7 @@ from .recorded import (
 )
 from .recorded import docker_payload as _docker_payload
 
-FAKE_TOOLS = ("nvidia-smi", "nvidia-ctk")
+FAKE_TOOLS = ("nvidia-smi", "nvidia-ctk", "dcgmi")
 # Always installed, so it shadows the real one on PATH: never hidden like the two above.
 KERNEL_LOG_TOOL = "dmesg"
 _PREFIX = {"nvidia-smi": "SMI", "nvidia-ctk": "CTK", "dmesg": "DMESG"}
@@ -76,7 +76,7 @@ class FakeHost:
         self._counter = 0
 
         for name in list(os.environ):
-            if name.startswith(("FAKE_SMI_", "FAKE_CTK_", "FAKE_DMESG_")):
+            if name.startswith(("FAKE_SMI_", "FAKE_CTK_", "FAKE_DMESG_", "FAKE_DCGMI_")):
                 monkeypatch.delenv(name)
         for tool in (*FAKE_TOOLS, KERNEL_LOG_TOOL):
             script = BIN_DIR / tool
@@ -106,6 +106,7 @@ class FakeHost:
         self.smi("h200")
         self.ctk("1.18.2")
         self.kernel_log("")
+        self.dcgmi_missing()  # DCGM is not installed unless a test installs it
 
     # -- nvidia-smi / nvidia-ctk -------------------------------------------------------------
 
@@ -250,6 +251,19 @@ class FakeHost:
             exit_code=exit_code,
         )
 
+    def dcgmi(self, result: str = "pass", *, json_output: bool = True) -> None:
+        """DCGM installed: `dcgmi` on PATH answers --version and `diag -r 1|2 [-j]` from the
+        recordings (tests/fakes/data/dcgmi/README.md), its runs passing or failing by
+        `result` ("pass", "fail", or "no-hostengine": the host engine stopped). Without
+        `json_output` it prints no JSON, as a dcgmi too old for -j."""
+        self._mp.setenv("FAKE_DCGMI_RESULT", result)
+        self._mp.setenv("FAKE_DCGMI_JSON", "1" if json_output else "0")
+        self._install("dcgmi", True)
+
+    def dcgmi_missing(self) -> None:
+        """No dcgmi anywhere on PATH (DCGM is not installed)."""
+        self._install("dcgmi", False)
+
     def ctk_missing(self) -> None:
         """No nvidia-ctk anywhere on PATH (the toolkit is not installed)."""
         self._install("nvidia-ctk", False)
@@ -324,7 +338,7 @@ class FakeHost:
         return {
             k: v
             for k, v in os.environ.items()
-            if k in names or k.startswith(("FAKE_SMI_", "FAKE_CTK_"))
+            if k in names or k.startswith(("FAKE_SMI_", "FAKE_CTK_", "FAKE_DCGMI_"))
         }
 
     def close(self) -> None:
