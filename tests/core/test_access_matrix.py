@@ -90,8 +90,9 @@ REQUIRED = {
     "usage:claim_month": (VIEW, "get"),
 }
 # Django's own views, with their own access rules (tested by Django), and the two open to
-# anyone: the health check and the site icon (tests/core/test_favicon.py).
-NOT_OURS = {"login", "logout", "healthz", "favicon"}
+# anyone: the health check, the site icon (tests/core/test_favicon.py) and the page single
+# sign-on sends a refused person to, with its "try again" (tests/sso/test_sign_in.py).
+NOT_OURS = {"login", "logout", "healthz", "favicon", "sso:no-access", "sso:try-again"}
 ROLES = {
     None: set(),
     "viewer": {VIEW},

@@ -32,6 +32,7 @@ from gpufleet.fleet.models import (
 )
 from gpufleet.gpu import rollups
 from gpufleet.jobs.models import Job, JobKind
+from gpufleet.sso.models import Identity
 from gpufleet.usage.models import UsageHour
 from tests.factories import ingest
 
@@ -63,6 +64,8 @@ MODELS: dict[type, Callable[[Node], object]] = {
     ApiToken: lambda node: ApiToken.issue(User.objects.create_user("tokenowner"), "ci", "read")[0],
     UsageHour: lambda node: UsageHour.objects.create(bucket=timezone.now(), node_id=node.pk, node=node.name, key="k",
                                                      seen_s=3600),
+    Identity: lambda node: Identity.objects.create(user=User.objects.create_user("dana"), source="ldap",
+                                                   subject="uid=dana,ou=people,dc=example,dc=org", role="viewer"),
 }
 
 
