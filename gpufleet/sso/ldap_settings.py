@@ -123,7 +123,9 @@ def _bind() -> tuple[str, str]:
     if password_file:
         password = _readable("GPUFLEET_LDAP_BIND_PASSWORD_FILE", password_file).rstrip("\r\n")
     if dn:
-        _check_dn("GPUFLEET_LDAP_BIND_DN", dn)
+        # Active Directory also binds by user principal name (svc-gpufleet@corp.example.com).
+        if not re.fullmatch(r"[^@=,\s]+@[^@=,\s]+", dn):
+            _check_dn("GPUFLEET_LDAP_BIND_DN", dn)
         if not password:
             raise SettingError("GPUFLEET_LDAP_BIND_DN needs a password: GPUFLEET_LDAP_BIND_PASSWORD or "
                                "GPUFLEET_LDAP_BIND_PASSWORD_FILE")

@@ -125,6 +125,11 @@ def test_it_trusts_the_ca_file_it_is_given(environ, tmp_path):
     assert got["AUTH_LDAP_CONNECTION_OPTIONS"][ldap.OPT_X_TLS_CACERTFILE] == str(ca)
 
 
+def test_active_directory_may_bind_by_user_principal_name(environ):
+    environ(GPUFLEET_LDAP_BIND_DN="svc-gpufleet@corp.example.com")
+    assert ldap_settings.read()["AUTH_LDAP_BIND_DN"] == "svc-gpufleet@corp.example.com"
+
+
 def test_anonymous_search_needs_no_bind_dn(environ):
     environ(GPUFLEET_LDAP_BIND_DN=None, GPUFLEET_LDAP_BIND_PASSWORD=None)
     got = ldap_settings.read()
