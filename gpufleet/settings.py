@@ -12,6 +12,7 @@ import dj_database_url
 from csp.constants import NONE, SELF
 
 from gpufleet.core import agent_settings
+from gpufleet.sso import ldap_settings
 from gpufleet.sso.groups import RoleGroupsError, parse_role, parse_role_groups
 from gpufleet.env import (
     SettingError,
@@ -215,6 +216,15 @@ if GPUFLEET_REMOTE_USER_HEADER:
         raise SettingError("GPUFLEET_REMOTE_USER_HEADER needs GPUFLEET_TRUSTED_PROXIES: the addresses of the proxy "
                            "whose header is believed (from anyone else it is a header a client wrote)")
     AUTHENTICATION_BACKENDS.append("gpufleet.sso.proxy.ProxyBackend")
+
+# LDAP / Active Directory (docs/sso.md#ldap-and-active-directory): the login form's
+# passwords checked by the directory when GPUFLEET_LDAP_URI is set. The GPUFLEET_LDAP_*
+# variables become django-auth-ldap's AUTH_LDAP_* settings here (gpufleet/sso/ldap_settings.py,
+# which refuses bad values); python-ldap is loaded only then.
+GPUFLEET_LDAP_URI = os.environ.get("GPUFLEET_LDAP_URI", "").strip()
+if GPUFLEET_LDAP_URI:
+    globals().update(ldap_settings.read())
+    AUTHENTICATION_BACKENDS.append("gpufleet.sso.ldap.LDAPLoginBackend")
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "fleet:overview"

@@ -3,6 +3,11 @@ start-up with a message naming the variable (gpufleet/sso/ldap_settings.py)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import ldap
 import pytest
 from django_auth_ldap.config import (
@@ -16,6 +21,7 @@ from django_auth_ldap.config import (
 from gpufleet.env import SettingError
 from gpufleet.sso import ldap_settings
 
+ROOT = Path(__file__).resolve().parents[2]
 GOOD = {
     "GPUFLEET_LDAP_URI": "ldap://ldap.example.org",
     "GPUFLEET_LDAP_BIND_DN": "cn=gpufleet,ou=services,dc=example,dc=org",
@@ -181,3 +187,25 @@ def test_production_allows_a_directory_on_this_host_without_tls(environ, monkeyp
     environ(GPUFLEET_LDAP_URI="ldap://127.0.0.1:389 ldapi:///", GPUFLEET_LDAP_START_TLS="false")
     monkeypatch.setenv("GPUFLEET_PRODUCTION", "true")
     assert ldap_settings.read()["AUTH_LDAP_SERVER_URI"] == "ldap://127.0.0.1:389 ldapi:///"
+
+
+def _start_site(**env: str) -> subprocess.CompletedProcess:
+    """The site's own settings module, loaded in a process of its own with these variables."""
+    base = {name: value for name, value in os.environ.items() if not name.startswith("GPUFLEET_LDAP_")}
+    base.update(DJANGO_SETTINGS_MODULE="gpufleet.settings", **env)
+    code = ("import django; django.setup(); from django.conf import settings; "
+            "print(settings.AUTHENTICATION_BACKENDS, settings.AUTH_LDAP_SERVER_URI)")
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=base, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_site_logs_in_through_the_directory_once_a_uri_is_set():
+    done = _start_site(**GOOD)
+    assert done.returncode == 0, done.stderr
+    assert "'gpufleet.sso.ldap.LDAPLoginBackend']" in done.stdout and "ldap://ldap.example.org" in done.stdout
+
+
+def test_the_site_does_not_start_with_a_bad_value():
+    done = _start_site(**{**GOOD, "GPUFLEET_LDAP_GROUP_TYPE": "ad"})
+    assert done.returncode != 0
+    assert "SettingError: GPUFLEET_LDAP_GROUP_TYPE: 'ad' is not one of" in done.stderr
