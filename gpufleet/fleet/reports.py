@@ -230,6 +230,7 @@ LIST_CELLS = {
     "xid_errors": lambda xids: " ".join(f"{x['xid']}x{x['count']}" for x in xids or ()),
     "processes": lambda processes: len(processes or ()),
     "mig_devices": lambda slices: " ".join(f"{m['profile']}:{m['uuid']}" for m in slices or ()),
+    "nvlink": lambda links: " ".join(f"{link['link']}:{link['state']}" for link in links or ()),
 }
 
 

@@ -10,6 +10,8 @@ import csv
 import re
 from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, fields, replace
+from dataclasses import field as default_of
+from datetime import datetime
 
 from gpufleet.gpu.interfaces import COMMAND_TIMEOUT_S, CommandResult, DockerInfo, Runner
 from gpufleet.gpu.processes import Container, GpuProcess
@@ -64,12 +66,29 @@ HEALTH_FIELDS: tuple[SmiField, ...] = (
     SmiField("clocks_event_reasons.hw_power_brake_slowdown", "hw_power_brake_slowdown", "bool"),
     SmiField("clocks_event_reasons.sw_power_cap", "sw_power_cap", "bool"),
     SmiField("mig.mode.current", "mig_mode", "bool"),
+    # The PCIe link as it is and as it could be: below its maximum while busy, it was
+    # downtrained (an idle GPU lowers its generation on purpose).
+    SmiField("pcie.link.gen.current", "pcie_link_gen", "int"),
+    SmiField("pcie.link.gen.max", "pcie_link_gen_max", "int"),
+    SmiField("pcie.link.width.current", "pcie_link_width", "int"),
+    SmiField("pcie.link.width.max", "pcie_link_width_max", "int"),
+    SmiField("power.draw.average", "power_draw_average_w", "float", "W"),
+    # How long each reason held the clocks down since the driver loaded (R535 and later).
+    SmiField("clocks_event_reasons_counters.sw_power_cap", "sw_power_cap_us", "int", "us"),
+    SmiField("clocks_event_reasons_counters.sw_thermal_slowdown", "sw_thermal_slowdown_us", "int", "us"),
+    SmiField("clocks_event_reasons_counters.hw_thermal_slowdown", "hw_thermal_slowdown_us", "int", "us"),
+    SmiField("clocks_event_reasons_counters.hw_power_brake_slowdown", "hw_power_brake_slowdown_us", "int", "us"),
+    SmiField("clocks_event_reasons_counters.sync_boost", "sync_boost_us", "int", "us"),
 )
 ALL_FIELDS = REFERENCE_FIELDS + HEALTH_FIELDS
 # Drivers before R535 know the clock-event reasons by their old name only.
 _OLD_NAMES = {"clocks_event_reasons.": "clocks_throttle_reasons."}
 THROTTLE_REASONS = tuple(f.key for f in HEALTH_FIELDS if f.query.startswith("clocks_event_reasons."))
 SMI_LIST_ARGV = ["nvidia-smi", "-L"]
+# The fields this driver knows, with what each means: asked once per agent process.
+SMI_HELP_ARGV = ["nvidia-smi", "--help-query-gpu"]
+NVLINK_STATUS_ARGV = ["nvidia-smi", "nvlink", "-s"]
+NVLINK_ERRORS_ARGV = ["nvidia-smi", "nvlink", "-e"]
 
 
 def smi_query_argv(fields: Sequence[SmiField]) -> list[str]:
@@ -80,21 +99,52 @@ SMI_QUERY_ARGV: list[str] = smi_query_argv(ALL_FIELDS)
 REFERENCE_QUERY_ARGV: list[str] = smi_query_argv(REFERENCE_FIELDS)
 # An older driver names the first field it does not know and exits non-zero.
 _REJECTED_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query', re.ASCII)
-# Beyond this many rejections in one detection, fall straight back to the reference fields.
-_MAX_FIELD_RETRIES = 4
+# A property line of `--help-query-gpu`: its name and aliases, quoted, joined by " or "
+# ("pcie.link.gen.current" or "pcie.link.gen.gpucurrent"). Description lines may start
+# with a quoted word too ("0: Default" means ...), but never consist of names alone.
+_HELP_NAMES = re.compile(r'"[^"\s]+"(?: or "[^"\s]+")*', re.ASCII)
+_HELP_NAME = re.compile(r'"([^"]+)"', re.ASCII)
+
+
+def parse_help_query_gpu(text: str) -> frozenset[str]:
+    """Every field name (aliases included) that `nvidia-smi --help-query-gpu` lists."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        if _HELP_NAMES.fullmatch(line.strip()):
+            names.update(_HELP_NAME.findall(line))
+    return frozenset(names)
 
 
 class SmiQuery:
-    """The `--query-gpu` fields this host's driver accepts.
+    """The `--query-gpu` fields this host's driver knows, learnt once per agent process
+    (keep one per process) and again when the driver changes.
 
-    Starts with every field; a field the driver rejects is dropped with the fields
-    of its group (an old driver that lacks `remapped_rows.pending` lacks them all),
-    and asked again by its old name where it had one (`clocks_throttle_reasons.*`).
-    Keep one per agent process so each rejection costs one retry, once."""
+    First from `nvidia-smi --help-query-gpu`: only the fields it lists are asked for, in
+    one call. Where that fails, every field is asked and a field the driver rejects is
+    dropped with the fields of its group (an old driver that lacks `remapped_rows.pending`
+    lacks them all), then asked again by its old name where it had one
+    (`clocks_throttle_reasons.*`), as many times as it takes: each retry asks for fewer
+    fields, and every field the driver knows is kept. Whether the GPUs have NVLink is
+    remembered too, so a host without it is asked once."""
 
     def __init__(self) -> None:
         self.rejected: set[str] = set()
         self.reference_only = False
+        # What --help-query-gpu listed; None until asked, or when it could not be read.
+        self.known: frozenset[str] | None = None
+        self.asked_help = False
+        # Whether nvidia-smi ran for it (not missing, not hung): else it is asked again
+        # once nvidia-smi answers a query.
+        self.help_ran = False
+        # The driver the fields were learnt from: another one is asked again.
+        self.driver = ""
+        self.nvlink: bool | None = None
+        # What the GPUs' NVLinks were at the previous collection (gpu/links.py).
+        self.links = LinkMemory()
+
+    def forget(self) -> None:
+        """Start again, for a new driver."""
+        self.__init__()
 
     @property
     def fields(self) -> tuple[SmiField, ...]:
@@ -102,20 +152,34 @@ class SmiQuery:
             return REFERENCE_FIELDS
         asked = []
         for field in HEALTH_FIELDS:
-            if field.query not in self.rejected:
+            if self._may_ask(field.query):
                 asked.append(field)
-            elif (old := _old_name(field)) is not None and old.query not in self.rejected:
+            elif (old := _old_name(field)) is not None and self._may_ask(old.query):
                 asked.append(old)
         return REFERENCE_FIELDS + tuple(asked)
+
+    def _may_ask(self, query: str) -> bool:
+        return query not in self.rejected and (self.known is None or query in self.known)
 
     def argv(self) -> list[str]:
         return smi_query_argv(self.fields)
 
+    def learn(self, help_text: str) -> None:
+        """Take the fields `--help-query-gpu` printed; a listing without the reference
+        fields is not one (an error text, a wrapper's own help), so it is ignored."""
+        known = parse_help_query_gpu(help_text)
+        if all(f.query in known for f in REFERENCE_FIELDS):
+            self.known = known
+
     def reject(self, query: str) -> bool:
-        """Drop `query` and its group; False when it is not an optional field we asked for."""
-        group = _field_group(query)
+        """Drop `query` (and, where the driver's list is unknown, its group); False when it
+        is not an optional field we asked for."""
         optional = self.fields[len(REFERENCE_FIELDS):]
-        dropped = {f.query for f in optional if _field_group(f.query) == group}
+        if self.known is not None:
+            dropped = {f.query for f in optional if f.query == query}
+        else:
+            group = _field_group(query)
+            dropped = {f.query for f in optional if _field_group(f.query) == group}
         if query not in dropped:
             return False
         self.rejected |= dropped
@@ -123,7 +187,8 @@ class SmiQuery:
 
 
 # Fields that drivers added (or renamed) together: one rejected means all are unknown.
-_FIELD_GROUPS = ("clocks_event_reasons.", "clocks_throttle_reasons.", "remapped_rows.", "ecc.errors.")
+_FIELD_GROUPS = ("clocks_event_reasons.", "clocks_throttle_reasons.", "clocks_event_reasons_counters.",
+                 "remapped_rows.", "ecc.errors.", "pcie.link.")
 
 
 def _field_group(query: str) -> str:
@@ -184,6 +249,43 @@ class XidCount:
 
 
 @dataclass(frozen=True)
+class NvLink:
+    """One NVLink of a GPU: up or down, as `nvidia-smi nvlink -s` shows it, and its error
+    counters since the driver loaded, as `nvidia-smi nvlink -e` shows them (None where
+    the driver printed none)."""
+
+    link: int
+    state: str  # "up" or "down"
+    replay_errors: int | None = None
+    recovery_errors: int | None = None
+    crc_errors: int | None = None
+
+    def to_dict(self) -> dict:
+        return {"link": self.link, "state": self.state, "replay_errors": self.replay_errors,
+                "recovery_errors": self.recovery_errors, "crc_errors": self.crc_errors}
+
+
+NVLINK_COUNTERS = ("replay_errors", "recovery_errors", "crc_errors")
+
+
+@dataclass
+class LinkMemory:
+    """What this agent process saw of each GPU's NVLinks (by UUID): when, their error
+    counters, and which links were ever up. Kept per process, like the fields the driver
+    knows; a restarted agent compares from its second collection on."""
+
+    seen: dict[str, tuple[datetime, dict[int, NvLink]]] = default_of(default_factory=dict)
+    ever_up: dict[str, set[int]] = default_of(default_factory=dict)
+
+    def remember(self, devices: Sequence[Device], now: datetime) -> None:
+        for device in devices:
+            if device.nvlink:
+                self.seen[device.uuid] = (now, {link.link: link for link in device.nvlink})
+                self.ever_up.setdefault(device.uuid, set()).update(
+                    link.link for link in device.nvlink if link.state == "up")
+
+
+@dataclass(frozen=True)
 class Device:
     """One GPU as reported by nvidia-smi. None means nvidia-smi gave no value: it
     printed a placeholder ("[N/A]", "[Not Supported]"), or this driver does not know
@@ -218,12 +320,25 @@ class Device:
     # The active clock-event (throttle) reasons, by short name; None when not reported.
     throttle_reasons: tuple[str, ...] | None = None
     mig_mode: bool | None = None
+    pcie_link_gen: int | None = None
+    pcie_link_gen_max: int | None = None
+    pcie_link_width: int | None = None
+    pcie_link_width_max: int | None = None
+    power_draw_average_w: float | None = None
+    # Microseconds the clocks were held down for each reason since the driver loaded.
+    sw_power_cap_us: int | None = None
+    sw_thermal_slowdown_us: int | None = None
+    hw_thermal_slowdown_us: int | None = None
+    hw_power_brake_slowdown_us: int | None = None
+    sync_boost_us: int | None = None
     mig_devices: tuple[MigDevice, ...] = ()
     xid_errors: tuple[XidCount, ...] = ()
     # The compute processes on it, each with its container (gpu.processes.GpuProcess).
     processes: tuple[GpuProcess, ...] = ()
     # Containers that asked for this GPU and run no process on it yet ("attached, idle").
     attached_idle: tuple[Container, ...] = ()
+    # Its NVLinks, none on a GPU without them.
+    nvlink: tuple[NvLink, ...] = ()
 
     def to_dict(self) -> dict:
         data = {}
@@ -284,6 +399,7 @@ _DEVICE_RECORDS = {
     "xid_errors": lambda gpu_uuid, data: XidCount(**data),
     "processes": _process_from_dict,
     "attached_idle": lambda gpu_uuid, data: Container(**data),
+    "nvlink": lambda gpu_uuid, data: NvLink(**data),
 }
 NESTED_DEVICE_FIELDS = tuple(_DEVICE_RECORDS)
 
@@ -460,7 +576,11 @@ def detect(runner: Runner, docker_info: DockerInfo, query: SmiQuery | None = Non
     """Return the node's GPU snapshot from nvidia-smi (run through `runner`, which is
     expected to set LC_ALL=C) and Docker's /info facts. Never raises for a host that
     has no GPU or a broken one: the reason ends up in `no_gpu_reason`. `query` keeps
-    the fields this driver rejected from one detection to the next."""
+    the fields this driver knows from one detection to the next."""
+    return _detect(runner, docker_info, query or SmiQuery(), relearn=True)
+
+
+def _detect(runner: Runner, docker_info: DockerInfo, query: SmiQuery, relearn: bool) -> Info:
     runtime_installed = any(name.lower() == "nvidia" for name in docker_info.runtimes)
     cdi_devices = tuple(d for d in docker_info.cdi_devices if is_nvidia_gpu_cdi_device(d))
 
@@ -474,7 +594,6 @@ def detect(runner: Runner, docker_info: DockerInfo, query: SmiQuery | None = Non
             no_gpu_reason=reason,
         )
 
-    query = query or SmiQuery()
     result = _run_query(runner, query)
     if result.error:
         return absent(command_failure(result))
@@ -487,6 +606,12 @@ def detect(runner: Runner, docker_info: DockerInfo, query: SmiQuery | None = Non
         if result.exit_code != 0:
             return absent(command_failure(result))
         return absent(f"nvidia-smi output could not be read: {exc}")
+    if relearn and ((query.driver and driver and driver != query.driver) or not query.help_ran):
+        # Another driver since the fields were learnt, or nvidia-smi could not say which
+        # it knows before (missing then): learn them again, then ask.
+        query.forget()
+        return _detect(runner, docker_info, query, relearn=False)
+    query.driver = driver or query.driver
     lost = lost_gpus(result.stdout + "\n" + result.stderr)
     if not devices:
         if result.exit_code != 0:
@@ -495,6 +620,7 @@ def detect(runner: Runner, docker_info: DockerInfo, query: SmiQuery | None = Non
         return absent(f"nvidia-smi listed no GPUs: {said}" if said else "nvidia-smi listed no GPUs")
     if any(d.mig_mode for d in devices):
         devices = _with_mig_devices(runner, devices)
+    devices = _with_nvlinks(runner, devices, query)
     return Info(
         present=True,
         driver_version=driver,
@@ -508,9 +634,16 @@ def detect(runner: Runner, docker_info: DockerInfo, query: SmiQuery | None = Non
 
 
 def _run_query(runner: Runner, query: SmiQuery) -> CommandResult:
-    """Run the GPU query, dropping fields this driver rejects, at worst down to the
-    reference fields: an extra field must never cost detection."""
-    for _ in range(_MAX_FIELD_RETRIES):
+    """Run the GPU query for the fields this driver knows: those --help-query-gpu lists
+    (asked once), else every field, dropping those the driver rejects. Each retry asks
+    for fewer fields, so the loop ends; only a driver that rejects the query for no field
+    it names is asked for the reference fields alone."""
+    if not query.asked_help:
+        helped = runner.run(list(SMI_HELP_ARGV), timeout=COMMAND_TIMEOUT_S)
+        query.asked_help, query.help_ran = True, not helped.error
+        if helped.ok:
+            query.learn(helped.stdout)
+    for _ in range(len(HEALTH_FIELDS) + 1):
         result = runner.run(query.argv(), timeout=COMMAND_TIMEOUT_S)
         if result.error or result.exit_code == 0 or query.reference_only:
             return result
@@ -586,6 +719,81 @@ def _with_mig_devices(runner: Runner, devices: list[Device]) -> list[Device]:
         return devices
     slices = parse_mig_list(result.stdout)
     return [replace(d, mig_devices=slices.get(d.index, ())) if d.mig_mode else d for d in devices]
+
+
+# "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-…)", then its links, "\t Link 0: 25 GB/s" or
+# "\t Link 4: <inactive>" (nvlink -s), "\t Link 0: Replay Errors: 0" (nvlink -e).
+_NVLINK_GPU = re.compile(r"GPU\s+([0-9]+):", re.ASCII)
+_NVLINK_STATE = re.compile(r"\s*Link\s+([0-9]+):\s*(.*?)\s*", re.ASCII)
+_NVLINK_COUNT = re.compile(r"\s*Link\s+([0-9]+):\s*([A-Za-z ]+?)\s*:\s*([0-9]+)\s*", re.ASCII)
+_LINK_SPEED = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*GB/s", re.ASCII)
+# nvlink -e's counter names; older drivers split CRC errors into flit and data errors.
+_NVLINK_COUNTER_NAMES = {"replay errors": "replay_errors", "recovery errors": "recovery_errors",
+                         "crc errors": "crc_errors"}
+_NVLINK_CRC_PARTS = ("crc flit errors", "crc data errors")
+
+
+def parse_nvlink_status(text: str) -> dict[int, dict[int, str]]:
+    """Each GPU's links from `nvidia-smi nvlink -s`, by GPU index then link: "up" for a
+    link with a speed, "down" for one shown inactive. A GPU without links has none."""
+    links: dict[int, dict[int, str]] = {}
+    current: int | None = None
+    for line in text.splitlines():
+        if gpu_line := _NVLINK_GPU.match(line.strip()):
+            current = int(gpu_line.group(1))
+            links.setdefault(current, {})
+        elif (link := _NVLINK_STATE.fullmatch(line)) and current is not None:
+            speed = _LINK_SPEED.search(link.group(2))
+            links[current][int(link.group(1))] = "up" if speed and float(speed.group(1)) > 0 else "down"
+    return links
+
+
+def parse_nvlink_errors(text: str) -> dict[int, dict[int, dict[str, int]]]:
+    """Each link's error counters from `nvidia-smi nvlink -e`, by GPU index then link."""
+    counts: dict[int, dict[int, dict[str, int]]] = {}
+    current: int | None = None
+    for line in text.splitlines():
+        if gpu_line := _NVLINK_GPU.match(line.strip()):
+            current = int(gpu_line.group(1))
+            counts.setdefault(current, {})
+        elif (count := _NVLINK_COUNT.fullmatch(line)) and current is not None:
+            link, name, value = int(count.group(1)), count.group(2).lower(), int(count.group(3))
+            found = counts[current].setdefault(link, {})
+            if name in _NVLINK_COUNTER_NAMES:
+                found[_NVLINK_COUNTER_NAMES[name]] = value
+            elif name in _NVLINK_CRC_PARTS:
+                found["crc_parts"] = found.get("crc_parts", 0) + value
+    for per_gpu in counts.values():
+        for found in per_gpu.values():
+            parts = found.pop("crc_parts", None)
+            if parts is not None:
+                found.setdefault("crc_errors", parts)
+    return counts
+
+
+def _with_nvlinks(runner: Runner, devices: list[Device], query: SmiQuery) -> list[Device]:
+    """Add each GPU's NVLinks and their error counters; a host whose GPUs have none is
+    asked once per driver, and the counters only where there are links."""
+    if query.nvlink is False:
+        return devices
+    status = runner.run(list(NVLINK_STATUS_ARGV), timeout=COMMAND_TIMEOUT_S)
+    links = parse_nvlink_status(status.stdout) if status.ok else {}
+    if not any(links.values()):
+        if status.ok:
+            query.nvlink = False
+        return devices
+    query.nvlink = True
+    errors = runner.run(list(NVLINK_ERRORS_ARGV), timeout=COMMAND_TIMEOUT_S)
+    counts = parse_nvlink_errors(errors.stdout) if errors.ok else {}
+    with_links = []
+    for device in devices:
+        found = counts.get(device.index, {})
+        records = tuple(
+            NvLink(link, state, *(found.get(link, {}).get(name) for name in NVLINK_COUNTERS))
+            for link, state in sorted(links.get(device.index, {}).items())
+        )
+        with_links.append(replace(device, nvlink=records))
+    return with_links
 
 
 def is_nvidia_gpu_cdi_device(name: str) -> bool:

@@ -218,12 +218,15 @@ def diagnose_host(
     xid_window_hours: float = xids.DEFAULT_XID_WINDOW_HOURS,
     now: datetime | None = None,
     cgroup_of: Callable[[int], str | None] = lambda pid: None,
+    idle_rule=None,
 ) -> HostDiagnosis:
     """Inspect this host's GPU stack. `cdi_spec_files` are the NVIDIA spec files the host
     side found (see gpufleet.agent.adapters.list_cdi_spec_files). A VRAM warning level
     outside 0 < v <= 100 is ignored in favour of the default. `query` remembers the
     nvidia-smi fields this driver rejects (keep one per process). `cgroup_of(pid)` is a
-    process's cgroup text, None when unknown: how a GPU's processes are matched to containers."""
+    process's cgroup text, None when unknown: how a GPU's processes are matched to containers.
+    `idle_rule` (gpu.IdleRule, its defaults when None) says which GPUs are busy, where a
+    downtrained PCIe link matters; `query` also remembers the NVLink counters between calls."""
     now = now or datetime.now(UTC)
     docker_info = docker.info()
     info = detect(runner, docker_info, query)
@@ -253,9 +256,19 @@ def diagnose_host(
         )
         findings = [_driver_finding(info)]
         findings += [_lost_finding(lost) for lost in info.lost_gpus]
+        # Imported here: both modules build their findings with this one's Finding.
+        from gpufleet.gpu import links
+        from gpufleet.gpu.usage import IdleRule
+
+        busy = (idle_rule or IdleRule()).busy
+        memory = query.links if query is not None else None
         for device in info.devices:
             findings.append(_gpu_finding(device, vram_warn_level(vram_warn_percent)))
             findings += _gpu_health_findings(device, temperature_warn_c)
+            findings += [f for f in (links.pcie_finding(device, busy),
+                                     links.nvlink_finding(device, info.devices, memory, now)) if f is not None]
+        if memory is not None:
+            memory.remember(info.devices, now)
         findings += _unmatched_xid_findings(unmatched)
         findings += _persistence_findings(info.devices)
         findings += _kernel_log_findings(log)

@@ -25,6 +25,7 @@ from gpufleet.wire import (
     GPUS_PER_NODE_MAX,
     LINE_MAX,
     MIG_SLICES_PER_GPU_MAX,
+    NVLINKS_PER_GPU_MAX,
     OLDEST_SNAPSHOT,
     PROCESSES_PER_GPU_MAX,
     SNAPSHOT_SCHEMA_VERSION,
@@ -87,6 +88,15 @@ class ProcessIn(BaseModel):
     container: ContainerIn | None
 
 
+class NvLinkIn(BaseModel):
+    model_config = _Strict
+    link: Annotated[int, Field(ge=0, le=255)]
+    state: Literal["up", "down"]
+    replay_errors: _Count | None
+    recovery_errors: _Count | None
+    crc_errors: _Count | None
+
+
 class DeviceIn(BaseModel):
     model_config = _Strict
     index: Annotated[int, Field(ge=0, le=1023)]
@@ -116,10 +126,29 @@ class DeviceIn(BaseModel):
     remapped_rows_failure: bool | None = None
     throttle_reasons: list[Literal[gpu.THROTTLE_REASONS]] | None = None  # type: ignore[valid-type]
     mig_mode: bool | None = None
+    # An older agent sends none of these: they stay unknown.
+    pcie_link_gen: Annotated[int, Field(ge=1, le=32)] | None = None
+    pcie_link_gen_max: Annotated[int, Field(ge=1, le=32)] | None = None
+    pcie_link_width: Annotated[int, Field(ge=1, le=64)] | None = None
+    pcie_link_width_max: Annotated[int, Field(ge=1, le=64)] | None = None
+    power_draw_average_w: _Watts | None = None
+    sw_power_cap_us: _Count | None = None
+    sw_thermal_slowdown_us: _Count | None = None
+    hw_thermal_slowdown_us: _Count | None = None
+    hw_power_brake_slowdown_us: _Count | None = None
+    sync_boost_us: _Count | None = None
     mig_devices: Annotated[list[MigDeviceIn], Field(max_length=MIG_SLICES_PER_GPU_MAX)] = []
     xid_errors: Annotated[list[XidCountIn], Field(max_length=XIDS_PER_GPU_MAX)] = []
     processes: Annotated[list[ProcessIn], Field(max_length=PROCESSES_PER_GPU_MAX)] = []
     attached_idle: Annotated[list[ContainerIn], Field(max_length=CONTAINERS_PER_GPU_MAX)] = []
+    nvlink: Annotated[list[NvLinkIn], Field(max_length=NVLINKS_PER_GPU_MAX)] = []
+
+    @field_validator("nvlink")
+    @classmethod
+    def _links_once(cls, links: list[NvLinkIn]) -> list[NvLinkIn]:
+        if len({link.link for link in links}) != len(links):
+            raise ValueError("an NVLink appears twice")
+        return links
 
     def as_dict(self) -> dict:
         """model_dump()'s dict (gpu.Device.to_dict's keys) with only the nested models

@@ -177,13 +177,19 @@ class FakeHost:
         stderr: str | os.PathLike[str] | None = None,
         stream: str = "stdout",
         listing: str | os.PathLike[str] | None = None,
+        help: str | os.PathLike[str] | None = None,
+        nvlink_status: str | os.PathLike[str] | None = None,
+        nvlink_errors: str | os.PathLike[str] | None = None,
     ) -> None:
         """nvidia-smi prints a recorded output: a short name of recorded.SMI_OUTPUTS ("h200",
         "a40", "mixed", "util-na", "memory-na", "warnings", "garbage-row", "empty", "error-9",
         "error-18") or a file name under data/, a file path, or None (nothing). Error names
         exit with their code (9, 18) unless exit_code is given; stream="stderr" prints the
         output there. `nvidia-smi -L` prints `listing` (a recording, e.g. of MIG devices),
-        or else one line per GPU of the output."""
+        or else one line per GPU of the output. `--help-query-gpu` prints `help` (a real
+        driver's listing, drivers/help-query-gpu-*.txt), else the output's header fields;
+        `nvlink -s` and `nvlink -e` print `nvlink_status` and `nvlink_errors`, else each GPU
+        without links."""
         if exit_code is None:
             exit_code = SMI_ERROR_EXIT.get(output, 0) if isinstance(output, str) else 0
         text = self._resolve(output)
@@ -193,9 +199,11 @@ class FakeHost:
         elif stream != "stdout":
             raise ValueError("stream is 'stdout' or 'stderr'")
         self._set_tool("nvidia-smi", stdout=text, stderr=err, exit_code=exit_code)
-        self._mp.delenv("FAKE_SMI_LIST", raising=False)
-        if listing is not None:
-            self._mp.setenv("FAKE_SMI_LIST", self._resolve(listing))
+        for name, value in (("LIST", listing), ("HELP", help), ("NVLINK_STATUS", nvlink_status),
+                            ("NVLINK_ERRORS", nvlink_errors)):
+            self._mp.delenv(f"FAKE_SMI_{name}", raising=False)
+            if value is not None:
+                self._mp.setenv(f"FAKE_SMI_{name}", self._resolve(value))
 
     def smi_text(
         self, stdout: str | bytes = "", stderr: str | bytes = "", exit_code: int = 0

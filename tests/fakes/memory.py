@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpufleet.gpu import KERNEL_LOG_ARGV, SMI_QUERY_ARGV, TOOLKIT_ARGV, CommandResult, DockerInfo
+from gpufleet.gpu import (
+    KERNEL_LOG_ARGV,
+    NVLINK_ERRORS_ARGV,
+    NVLINK_STATUS_ARGV,
+    SMI_HELP_ARGV,
+    SMI_QUERY_ARGV,
+    TOOLKIT_ARGV,
+    CommandResult,
+    DockerInfo,
+)
 from tests.fakes import smi_query
 
 
@@ -33,6 +42,8 @@ class FakeRunner:
     ) -> None:
         self.results = dict(results or {})
         self.calls: list[tuple[tuple[str, ...], float]] = []
+        # A recorded --help-query-gpu (set `help`): the driver knows its fields too.
+        self.help: str | None = None
 
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> CommandResult:
         key = tuple(argv)
@@ -43,10 +54,16 @@ class FakeRunner:
                 return recorded
             # nvidia-smi's GPU query, whatever its fields: answered as a driver that
             # knows the recording's fields would answer it.
-            stdout, _, code = smi_query.answer(list(key), recorded.stdout, recorded.exit_code or 0)
+            known = smi_query.known_fields(self.help) if self.help else frozenset()
+            stdout, _, code = smi_query.answer(list(key), recorded.stdout, recorded.exit_code or 0, known)
             return CommandResult(key, code, stdout=stdout, stderr=recorded.stderr)
         if key in self.results:
             return self.results[key]
+        if recorded is not None and not recorded.error and key == HELP:
+            return ok(key, self.help if self.help is not None else smi_query.help_text(recorded.stdout))
+        if recorded is not None and not recorded.error and key in (NVLINK_STATUS, NVLINK_ERRORS):
+            # GPUs without NVLink: each GPU is named, with no link under it.
+            return ok(key, smi_query.nvlink_status_without_links(recorded.stdout))
         return failed(key, f"{key[0]} not found on PATH")
 
 
@@ -74,6 +91,9 @@ class FakeDocker:
 
 
 SMI = tuple(SMI_QUERY_ARGV)
+HELP = tuple(SMI_HELP_ARGV)
+NVLINK_STATUS = tuple(NVLINK_STATUS_ARGV)
+NVLINK_ERRORS = tuple(NVLINK_ERRORS_ARGV)
 CTK = tuple(TOOLKIT_ARGV)
 DMESG = tuple(KERNEL_LOG_ARGV)
 

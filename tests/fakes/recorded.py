@@ -15,6 +15,8 @@ in memory.py) and by the domain tests, always through `data_path` / `recording`.
   that driver knows, see smi_query.py; `.exitN` in a name is nvidia-smi's exit code), kernel
   logs in each dmesg prefix format (and a refused read), an `nvidia-smi -L` of a MIG host;
   `smi-2x-a100-r525.csv` is a driver before R535 (clock-event reasons as clocks_throttle_reasons).
+- `drivers/`: real `--help-query-gpu` listings of three driver generations and `nvidia-smi nvlink
+  -s` / `-e` of an 8-GPU A100 host; drivers/README.md says where each came from.
 """
 
 from __future__ import annotations

@@ -29,7 +29,9 @@ DEVICE_KEYS = [
     "pstate", "sm_clock_mhz", "sm_clock_max_mhz", "persistence_mode", "ecc_mode", "ecc_corrected_volatile",
     "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "retired_pages_pending",
     "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure",
-    "throttle_reasons", "mig_mode", "mig_devices", "xid_errors", "processes", "attached_idle",
+    "throttle_reasons", "mig_mode", "pcie_link_gen", "pcie_link_gen_max", "pcie_link_width", "pcie_link_width_max",
+    "power_draw_average_w", "sw_power_cap_us", "sw_thermal_slowdown_us", "hw_thermal_slowdown_us",
+    "hw_power_brake_slowdown_us", "sync_boost_us", "mig_devices", "xid_errors", "processes", "attached_idle", "nvlink",
 ]
 
 
@@ -300,3 +302,36 @@ def test_doctor_json_attributes_each_process_to_its_gpu_and_container(fake_host,
     assert fake_host.engine.count(f"/containers/{idle}/json") == 1
     assert fake_host.engine.count(f"/containers/{plain}/json") == 1
     assert fake_host.engine.count(f"/containers/{CONTAINER_ID}/json") == 0
+
+
+DRIVERS = DATA_DIR / "drivers"
+
+
+@pytest.mark.parametrize("recording, help_listing", [
+    ("smi-8x-a100-r535.csv", "help-query-gpu-535.129.03.txt"),
+    ("smi-1x-h100-r590.csv", "help-query-gpu-590.48.01.txt"),
+    ("smi-8x-h100.csv", None),
+])
+def test_doctor_json_reports_the_link_keys_on_each_family(fake_host, capsys, recording, help_listing):
+    fake_host.smi(HEALTH / recording, help=DRIVERS / help_listing if help_listing else None)
+    report, _ = _doctor_json(capsys)
+    for device in report["devices"]:
+        assert list(device) == DEVICE_KEYS
+        assert device["nvlink"] == []  # these GPUs' nvlink -s lists no link
+    if help_listing:
+        assert all(d["pcie_link_gen_max"] in (4, 5) and d["pcie_link_width"] == 16 for d in report["devices"])
+
+
+def test_doctor_json_reports_the_nvlinks_and_a_downtrained_busy_gpu(fake_host, capsys):
+    fake_host.smi(HEALTH / "smi-8x-a100-r535.csv", help=DRIVERS / "help-query-gpu-535.129.03.txt",
+                  nvlink_status=DRIVERS / "nvlink-s-8x-a100-link-down.txt", nvlink_errors=DRIVERS / "nvlink-e-8x-a100.txt")
+    report, code = _doctor_json(capsys)
+    assert code == 1  # the link down fails
+    gpu6 = report["devices"][6]
+    assert len(gpu6["nvlink"]) == 12 and gpu6["nvlink"][4] == {
+        "link": 4, "state": "down", "replay_errors": 0, "recovery_errors": 0, "crc_errors": 0}
+    assert _finding(report, "gpu6.nvlink")["status"] == "fail"
+    assert _finding(report, "gpu3.pcie")["status"] == "warn"
+    assert [f["code"] for f in report["findings"] if f["code"].endswith(".pcie")] == ["gpu3.pcie"]
+    tools = [c["argv"] for c in fake_host.calls("nvidia-smi")]
+    assert tools.count(["--help-query-gpu"]) == 1 and ["nvlink", "-e"] in tools

@@ -31,6 +31,9 @@ EVERY_FIELD = {
     "ecc_uncorrected_volatile": 1, "ecc_uncorrected_aggregate": 2, "retired_pages_pending": True,
     "remapped_rows_correctable": 4, "remapped_rows_uncorrectable": 5, "remapped_rows_pending": True,
     "remapped_rows_failure": False, "throttle_reasons": ["sw_power_cap", "hw_slowdown"], "mig_mode": True,
+    "pcie_link_gen": 4, "pcie_link_gen_max": 5, "pcie_link_width": 16, "pcie_link_width_max": 16,
+    "power_draw_average_w": 598.25, "sw_power_cap_us": 1200, "sw_thermal_slowdown_us": 30,
+    "hw_thermal_slowdown_us": 2, "hw_power_brake_slowdown_us": 1, "sync_boost_us": 7,
     "mig_devices": [{"uuid": "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f", "profile": "3g.40gb", "device": 0}],
     "xid_errors": [{"xid": 119, "count": 2, "last_seen": "2026-12-03T16:05:10+00:00",
                     "description": "GSP RPC timeout"}],
@@ -38,6 +41,7 @@ EVERY_FIELD = {
                    "container": {"id": "4f1d9c2b8e7a", "name": "trainer", "image": "pytorch/pytorch:2.5.1",
                                  "claim": "train-llm"}}],
     "attached_idle": [{"id": "9e8d7c6b5a49", "name": "idle", "image": "nvidia/cuda:12.6", "claim": None}],
+    "nvlink": [{"link": 0, "state": "up", "replay_errors": 12, "recovery_errors": 1, "crc_errors": 40}],
 }
 
 
@@ -140,7 +144,7 @@ def test_the_csv_has_a_column_for_every_field_but_those_it_leaves_out():
         "persistence_mode": "true", "ecc_mode": "true", "retired_pages_pending": "true",
         "remapped_rows_pending": "true", "remapped_rows_failure": "false", "mig_mode": "true",
         "throttle_reasons": "sw_power_cap hw_slowdown", "xid_errors": "119x2", "processes": 1,
-        "mig_devices": "3g.40gb:MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f",
+        "mig_devices": "3g.40gb:MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f", "nvlink": "0:up",
     }
 
 

@@ -196,6 +196,9 @@ _ITEM = {
                              "description": "d" * LINE_MAX},
     "processes": lambda n: {"pid": n, "name": "n" * LINE_MAX, "used_mib": 2**52, "container": _container(n)},
     "attached_idle": _container,
+    # Link numbers repeat from GPU to GPU, never within one (each GPU's start at a multiple of 32).
+    "nvlink": lambda n: {"link": n % wire.NVLINKS_PER_GPU_MAX, "state": "down", "replay_errors": 2**62,
+                         "recovery_errors": 2**62, "crc_errors": 2**62},
 }
 
 

@@ -21,7 +21,7 @@ from gpufleet.gpu import (
 )
 from gpufleet.gpu.devices import HEALTH_FIELDS, MigDevice, XidCount
 from gpufleet.gpu.processes import Container, GpuProcess
-from tests.fakes.memory import SMI, exited, failed, host
+from tests.fakes.memory import HELP, SMI, exited, failed, host
 from tests.fakes.recorded import recording
 
 H200_UUID_0 = "GPU-a44622e3-2296-6285-0a86-84d0f6c67900"
@@ -235,8 +235,8 @@ def test_it_detects_gpus_and_the_runtime():
     assert info.driver_version == "570.195.03"
     assert info.count == 8
     assert info.runtime_installed
-    # The recording knows only the reference fields: the last query asks for those alone.
-    assert runner.calls[0] == (SMI, 10.0) and runner.calls[-1] == (tuple(REFERENCE_QUERY_ARGV), 10.0)
+    # The driver lists only the reference fields: it is asked for those alone, once.
+    assert runner.calls[0] == (HELP, 10.0) and runner.calls[1] == (tuple(REFERENCE_QUERY_ARGV), 10.0)
 
 
 @pytest.mark.parametrize(

@@ -16,13 +16,14 @@ from gpufleet.gpu import (
     Finding,
     HostDiagnosis,
     Info,
+    SmiQuery,
     Status,
     cdi_spec_mentions_gpu,
     diagnose_host,
     is_cdi_spec_name,
 )
 from gpufleet.gpu.processes import COMPUTE_APPS_ARGV
-from tests.fakes.memory import CTK, DMESG, SMI, FakeDocker, exited, host
+from tests.fakes.memory import CTK, DMESG, HELP, NVLINK_STATUS, SMI, FakeDocker, exited, host
 from tests.fakes.recorded import recording
 
 RUNC = ("io.containerd.runc.v2", "runc")
@@ -283,8 +284,15 @@ def test_it_drops_duplicate_spec_files_and_keeps_their_order():
 
 def test_it_runs_each_command_once_on_a_driver_that_knows_every_field():
     runner = host(smi=recording("health/smi-8x-h100.csv"), ctk=CTK_1_18)
-    diagnose_host(runner, FakeDocker(DockerInfo(runtimes=NVIDIA)), ())
-    assert [argv for argv, _ in runner.calls] == [SMI, CTK, DMESG, tuple(COMPUTE_APPS_ARGV)]
+    query = SmiQuery()
+    diagnose_host(runner, FakeDocker(DockerInfo(runtimes=NVIDIA)), (), query=query)
+    calls = [argv for argv, _ in runner.calls]
+    assert calls == [HELP, tuple(query.argv()), NVLINK_STATUS, CTK, DMESG, tuple(COMPUTE_APPS_ARGV)]
+    # Learnt once: the next collection asks for the fields alone, and no longer for NVLink
+    # on GPUs that have none.
+    runner.calls.clear()
+    diagnose_host(runner, FakeDocker(DockerInfo(runtimes=NVIDIA)), (), query=query)
+    assert [argv for argv, _ in runner.calls] == [tuple(query.argv()), CTK, DMESG, tuple(COMPUTE_APPS_ARGV)]
 
 
 def test_it_writes_exactly_the_doctor_json_keys():
@@ -312,10 +320,11 @@ def test_it_writes_exactly_the_doctor_json_keys():
         "utilization_percent": None,
     }
     # A driver that knows only the reference fields: every health key is there, unknown.
-    lists = {"mig_devices": [], "xid_errors": [], "processes": [], "attached_idle": []}
+    lists = {"mig_devices": [], "xid_errors": [], "processes": [], "attached_idle": [], "nvlink": []}
     health = {k: None for k in report["devices"][0] if k not in reference and k not in lists}
     assert report["devices"][0] == {**reference, **health, **lists}
-    assert len(health) == 21
+    assert len(health) == 31
+    assert {"pcie_link_gen", "pcie_link_gen_max", "pcie_link_width", "pcie_link_width_max"} <= set(health)
     assert report["cdi_spec_files"] == list(SPEC)
     assert report["cdi_devices"] == list(CDI)
     assert report["attach"] == "cdi"

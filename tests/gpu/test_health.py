@@ -39,7 +39,9 @@ def test_it_asks_nvidia_smi_for_the_reference_fields_then_every_health_field_in_
     query = SMI_QUERY_ARGV[1].removeprefix("--query-gpu=").split(",")
     assert query[:7] == ["index", "uuid", "name", "memory.total", "memory.used", "utilization.gpu", "driver_version"]
     assert "remapped_rows.failure" in query and "clocks_event_reasons.hw_power_brake_slowdown" in query
-    assert query[-1] == "mig.mode.current" and len(query) == 32
+    assert {"pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max",
+            "power.draw.average", "clocks_event_reasons_counters.sw_power_cap"} <= set(query)
+    assert len(query) == 42
     assert SMI_QUERY_ARGV[2] == "--format=csv,noheader,nounits"
 
 
@@ -57,6 +59,10 @@ def test_it_reads_every_health_field_of_a_datacenter_gpu():
         "retired_pages_pending": False, "remapped_rows_correctable": 0, "remapped_rows_uncorrectable": 0,
         "remapped_rows_pending": False, "remapped_rows_failure": False, "throttle_reasons": [],
         "mig_mode": False, "mig_devices": [], "xid_errors": [], "processes": [], "attached_idle": [],
+        # This driver's listing (its recording's columns) has none of the newer fields.
+        "pcie_link_gen": None, "pcie_link_gen_max": None, "pcie_link_width": None, "pcie_link_width_max": None,
+        "power_draw_average_w": None, "sw_power_cap_us": None, "sw_thermal_slowdown_us": None,
+        "hw_thermal_slowdown_us": None, "hw_power_brake_slowdown_us": None, "sync_boost_us": None, "nvlink": [],
     }
     assert second.throttle_reasons == ("sw_power_cap",)
     assert len(smi_query_calls(runner)) == 1
@@ -95,21 +101,62 @@ def test_a_boolean_it_does_not_know_is_unknown():
 # --- older drivers -------------------------------------------------------------
 
 
-def test_it_drops_the_fields_an_older_driver_rejects_and_keeps_the_rest():
+def test_it_asks_an_older_driver_only_for_the_fields_its_help_lists_in_one_call():
     runner = host(smi=recording("health/smi-1x-v100-r450.csv"))
     query = SmiQuery()
     info = detect(runner, DOCKER, query)
     (v100,) = info.devices
     assert v100.name == "Tesla V100-SXM2-32GB" and v100.temperature_c == 36 and v100.ecc_mode is True
     assert v100.remapped_rows_pending is None and v100.throttle_reasons is None
+    assert len(smi_query_calls(runner)) == 1 and query.rejected == set()
+    assert [argv for argv, _ in runner.calls].count(tuple(gpu.SMI_HELP_ARGV)) == 1
+
+
+def without_help(runner):
+    """The runner with --help-query-gpu failing, as a wrapper script that forwards only
+    --query-gpu would."""
+    runner.results[tuple(gpu.SMI_HELP_ARGV)] = exited(gpu.SMI_HELP_ARGV, 2, stdout="Invalid combination of input arguments.")
+    return runner
+
+
+def test_without_help_it_drops_the_fields_an_older_driver_rejects_and_keeps_the_rest():
+    runner = without_help(host(smi=recording("health/smi-1x-v100-r450.csv")))
+    query = SmiQuery()
+    (v100,) = detect(runner, DOCKER, query).devices
+    assert v100.name == "Tesla V100-SXM2-32GB" and v100.temperature_c == 36 and v100.ecc_mode is True
+    assert v100.remapped_rows_pending is None and v100.throttle_reasons is None
     # One rejection per group the driver lacks: remapped_rows.*, clocks_event_reasons.*,
-    # then the reasons' old name, clocks_throttle_reasons.*.
-    assert len(smi_query_calls(runner)) == 4
+    # then the reasons' old name, clocks_throttle_reasons.*, pcie.link.*, power.draw.average,
+    # clocks_event_reasons_counters.*.
+    assert len(smi_query_calls(runner)) == 7
     reasons = [f.query for f in gpu.ALL_FIELDS if f.query.startswith("clocks_event_reasons.")]
     assert query.rejected == {
-        *(f.query for f in gpu.ALL_FIELDS if f.query.startswith("remapped_rows.")),
+        *(f.query for f in gpu.ALL_FIELDS if f.query.startswith(("remapped_rows.", "pcie.link.",
+                                                                   "clocks_event_reasons_counters."))),
         *reasons, *(r.replace("clocks_event_reasons.", "clocks_throttle_reasons.") for r in reasons),
+        "power.draw.average",
     }
+
+
+def test_a_driver_rejecting_fields_in_any_number_of_groups_keeps_every_field_it_knows():
+    # The issue's case: four groups and more rejected no longer fall back to the seven
+    # reference fields and lose the temperature.
+    header = recording("health/smi-8x-h100.csv").splitlines()[0].split(", ")
+    kept = [f for f in header if not f.startswith(("remapped_rows.", "clocks_event_reasons.", "ecc.errors."))
+            and f not in ("pstate", "fan.speed [%]", "mig.mode.current")]
+    rows = ["0, GPU-a, NVIDIA H100 80GB HBM3, 81559, 1024, 97, 550.90.07, 00000000:18:00.0, 71, 80, 612.0, 700.0,"
+            " 1980, 1980, Enabled, Enabled, No"]
+    assert len(kept) == len(rows[0].split(", "))
+    runner = without_help(host(smi="\n".join([", ".join(kept), *rows]) + "\n"))
+    query = SmiQuery()
+    (h100,) = detect(runner, DOCKER, query).devices
+    assert not query.reference_only
+    assert (h100.temperature_c, h100.memory_temperature_c, h100.power_draw_w, h100.sm_clock_mhz) == (71, 80, 612.0, 1980)
+    assert h100.persistence_mode is True and h100.ecc_mode is True and h100.retired_pages_pending is False
+    assert h100.pstate is None and h100.fan_percent is None and h100.throttle_reasons is None
+    runner.calls.clear()
+    detect(runner, DOCKER, query)
+    assert len(smi_query_calls(runner)) == 1  # learnt once per process
 
 
 def test_it_asks_a_driver_before_r535_for_the_clock_event_reasons_by_their_old_name():
@@ -134,13 +181,21 @@ def test_it_pays_for_a_rejected_field_once_per_process():
 
 
 def test_it_falls_back_to_the_reference_fields_for_a_driver_that_knows_no_other():
-    runner = host(smi="0, GPU-aaaa, Tesla K80, 11441, 0, 3, 470.82.01\n")
+    runner = without_help(host(smi="0, GPU-aaaa, Tesla K80, 11441, 0, 3, 470.82.01\n"))
     query = SmiQuery()
     info = detect(runner, DOCKER, query)
     assert [d.name for d in info.devices] == ["Tesla K80"] and info.devices[0].temperature_c is None
-    assert query.reference_only
+    assert query.fields == gpu.REFERENCE_FIELDS
     assert smi_query_calls(runner)[-1] == tuple(gpu.REFERENCE_QUERY_ARGV)
-    assert len(smi_query_calls(runner)) <= 5
+    # Each retry asks for fewer fields: at most one a health field, then the reference ones.
+    assert len(smi_query_calls(runner)) <= len(gpu.ALL_FIELDS) - len(gpu.REFERENCE_FIELDS) + 1
+
+
+def test_a_driver_that_knows_only_the_reference_fields_says_so_in_its_help():
+    runner = host(smi="0, GPU-aaaa, Tesla K80, 11441, 0, 3, 470.82.01\n")
+    info = detect(runner, DOCKER, SmiQuery())
+    assert [d.name for d in info.devices] == ["Tesla K80"]
+    assert smi_query_calls(runner) == [tuple(gpu.REFERENCE_QUERY_ARGV)]
 
 
 def test_it_does_not_retry_a_driver_failure():

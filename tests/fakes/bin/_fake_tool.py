@@ -11,6 +11,12 @@ Behaviour comes from environment variables, PREFIX being SMI or CTK:
     FAKE_SMI_APPS           file nvidia-smi prints for --query-compute-apps (default: no processes)
     FAKE_SMI_LIST           file nvidia-smi prints for -L (default: one line per GPU of the
                             recording, no MIG devices)
+    FAKE_SMI_HELP           file nvidia-smi prints for --help-query-gpu: a real driver's listing,
+                            whose fields it then also knows (default: the recording's header
+                            fields, see smi_query.help_text). Answered even by a hung driver:
+                            the listing needs no GPU.
+    FAKE_SMI_NVLINK_STATUS  file nvidia-smi prints for `nvlink -s` (default: each GPU, no links)
+    FAKE_SMI_NVLINK_ERRORS  file nvidia-smi prints for `nvlink -e` (default: each GPU, no links)
     FAKE_TOOL_LOG           append one JSON line per call: tool, argv, LC_ALL, PATH
 """
 
@@ -66,6 +72,22 @@ def main(prefix: str) -> int:
         with open(stdout, encoding="utf-8", errors="replace") as fh:
             sys.stdout.write(smi_query.persistence_on(fh.read()))
         return 0
+    if prefix == "SMI" and sys.argv[1:] == ["--help-query-gpu"]:
+        listing = env.get("FAKE_SMI_HELP")
+        if listing:
+            _copy(listing, sys.stdout)
+        else:
+            with open(stdout, encoding="utf-8", errors="replace") as fh:
+                sys.stdout.write(smi_query.help_text(fh.read()))
+        return 0
+    if prefix == "SMI" and sys.argv[1:] in (["nvlink", "-s"], ["nvlink", "-e"]):
+        recorded_links = env.get("FAKE_SMI_NVLINK_STATUS" if sys.argv[2] == "-s" else "FAKE_SMI_NVLINK_ERRORS")
+        if recorded_links:
+            _copy(recorded_links, sys.stdout)
+        elif stdout and exit_code == 0:
+            with open(stdout, encoding="utf-8", errors="replace") as fh:
+                sys.stdout.write(smi_query.nvlink_status_without_links(fh.read()))
+        return exit_code
     if prefix == "SMI" and sys.argv[1:] == ["-L"]:
         listing = env.get("FAKE_SMI_LIST")
         if listing:
@@ -76,8 +98,12 @@ def main(prefix: str) -> int:
         return exit_code
     if prefix == "SMI" and stdout and smi_query.requested_fields(sys.argv[1:]) is not None:
         # A driver that knows the recording's fields answers the ones asked for.
+        known = frozenset()
+        if env.get("FAKE_SMI_HELP"):
+            with open(env["FAKE_SMI_HELP"], encoding="utf-8", errors="replace") as fh:
+                known = smi_query.known_fields(fh.read())
         with open(stdout, encoding="utf-8", errors="replace") as fh:
-            text, _, exit_code = smi_query.answer(sys.argv[1:], fh.read(), exit_code)
+            text, _, exit_code = smi_query.answer(sys.argv[1:], fh.read(), exit_code, known)
         sys.stdout.write(text)
         sys.stdout.flush()
     elif stdout:
