@@ -199,6 +199,13 @@ remapped_rows_correctable  # gpufleet/gpu/devices.py
 remapped_rows_uncorrectable  # gpufleet/gpu/devices.py
 sm_clock_max_mhz  # gpufleet/gpu/devices.py
 sm_clock_mhz  # gpufleet/gpu/devices.py
+# Reported and stored (doctor JSON, snapshot, the GPU's health): no finding reads them yet.
+power_draw_average_w  # gpufleet/gpu/devices.py
+sw_power_cap_us  # gpufleet/gpu/devices.py
+sw_thermal_slowdown_us  # gpufleet/gpu/devices.py
+hw_thermal_slowdown_us  # gpufleet/gpu/devices.py
+hw_power_brake_slowdown_us  # gpufleet/gpu/devices.py
+sync_boost_us  # gpufleet/gpu/devices.py
 schema_version  # gpufleet/ingest/schema.py
 _.gpu_models  # gpufleet/ingest/services.py
 finished_at  # gpufleet/jobs/models.py
