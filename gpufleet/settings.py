@@ -12,7 +12,7 @@ import dj_database_url
 from csp.constants import NONE, SELF
 
 from gpufleet.core import agent_settings
-from gpufleet.sso import ldap_settings
+from gpufleet.sso import ldap_settings, oidc_settings
 from gpufleet.sso.groups import RoleGroupsError, parse_role, parse_role_groups
 from gpufleet.env import (
     SettingError,
@@ -226,6 +226,17 @@ if GPUFLEET_LDAP_URI:
     globals().update(ldap_settings.read())
     AUTHENTICATION_BACKENDS.append("gpufleet.sso.ldap.LDAPLoginBackend")
 
+# OpenID Connect (docs/sso.md#openid-connect): a "Log in with …" button when
+# GPUFLEET_OIDC_ISSUER is set (gpufleet/sso/oidc_settings.py refuses bad values). The
+# provider's endpoints come from its discovery document at the first login, not at start-up.
+_OIDC = oidc_settings.read()
+globals().update(_OIDC)
+if _OIDC["GPUFLEET_OIDC_ISSUER"]:
+    AUTHENTICATION_BACKENDS.append("gpufleet.sso.oidc.OIDCBackend")
+# The provider's answers are not password guesses (it throttles its own login form): one
+# it sent for a person in no mapped group must not lock that address out of the next login.
+AXES_WHITELIST_CALLABLE = "gpufleet.sso.oidc.unthrottled"
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "fleet:overview"
 LOGOUT_REDIRECT_URL = "login"
@@ -285,6 +296,10 @@ CONTENT_SECURITY_POLICY = {
         "frame-ancestors": [NONE],
     },
 }
+
+if _OIDC["GPUFLEET_OIDC_ISSUER"]:
+    CONTENT_SECURITY_POLICY = oidc_settings.allow_logout_at_provider(CONTENT_SECURITY_POLICY,
+                                                                     _OIDC["GPUFLEET_OIDC_ISSUER"])
 
 # Every process's logging, the agent's too (agent_settings.logging_config says how).
 LOGGING = agent_settings.logging_config()

@@ -1,5 +1,4 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpResponsePermanentRedirect
 from django.templatetags.static import static
@@ -7,12 +6,15 @@ from django.urls import include, path
 
 from gpufleet.api.metrics import metrics_view
 from gpufleet.fleet import views as fleet_views
+from gpufleet.sso import oidc
 from gpufleet.sso import views as sso_views
 
 urlpatterns = [
     path("accounts/login/", sso_views.SignInView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Ends the session here and, for a person who came through the OpenID provider, there too.
+    path("accounts/logout/", oidc.LogoutView.as_view(), name="logout"),
     path("accounts/", include("gpufleet.sso.urls")),
+    path("oidc/", include("gpufleet.sso.oidc_urls")),
     path("admin/", admin.site.urls),
     path("healthz", fleet_views.healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),

@@ -91,8 +91,9 @@ REQUIRED = {
 }
 # Django's own views, with their own access rules (tested by Django), and the two open to
 # anyone: the health check, the site icon (tests/core/test_favicon.py) and the page single
-# sign-on sends a refused person to, with its "try again" (tests/sso/test_sign_in.py).
-NOT_OURS = {"login", "logout", "healthz", "favicon", "sso:no-access", "sso:try-again"}
+# sign-on sends a refused person to, with its "try again" (tests/sso/test_sign_in.py), and
+# OpenID Connect login's button and callback (tests/sso/test_oidc_login.py).
+NOT_OURS = {"login", "logout", "healthz", "favicon", "sso:no-access", "sso:try-again", "oidc:login", "oidc:callback"}
 ROLES = {
     None: set(),
     "viewer": {VIEW},
