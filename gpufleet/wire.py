@@ -65,10 +65,10 @@ MIG_SLICES_PER_GPU_MAX, MIG_SLICES_PER_NODE_MAX = 7, 16 * 7
 PROCESSES_PER_GPU_MAX, PROCESSES_PER_NODE_MAX = 64, 512
 CONTAINERS_PER_GPU_MAX, CONTAINERS_PER_NODE_MAX = 64, 256  # attached and idle
 XIDS_PER_GPU_MAX, XIDS_PER_NODE_MAX = 64, 256  # distinct Xid codes
-# The doctor writes at most five findings a GPU, one for each lost or unlisted GPU and a
-# few for the host: eight a GPU leaves room.
 # NVLinks: 18 a GPU on H100 to B200; 8 such GPUs a node, with room for larger boards.
 NVLINKS_PER_GPU_MAX, NVLINKS_PER_NODE_MAX = 32, 16 * 18
+# The doctor writes at most five findings a GPU, one for each lost or unlisted GPU and a
+# few for the host: eight a GPU leaves room.
 FINDINGS_MAX = 8 * GPUS_PER_NODE_MAX
 # A GPU's lists: the key, at most on one GPU, at most on the node, what they are.
 DEVICE_LISTS = (
@@ -76,9 +76,9 @@ DEVICE_LISTS = (
     ("xid_errors", XIDS_PER_GPU_MAX, XIDS_PER_NODE_MAX, "Xid codes"),
     ("processes", PROCESSES_PER_GPU_MAX, PROCESSES_PER_NODE_MAX, "processes"),
     ("attached_idle", CONTAINERS_PER_GPU_MAX, CONTAINERS_PER_NODE_MAX, "idle containers"),
+    ("nvlink", NVLINKS_PER_GPU_MAX, NVLINKS_PER_NODE_MAX, "NVLinks"),
 )
 # Older than this a collected_at is junk (a BC date once took every page down).
-    ("nvlink", NVLINKS_PER_GPU_MAX, NVLINKS_PER_NODE_MAX, "NVLinks"),
 OLDEST_SNAPSHOT = datetime(2000, 1, 1, tzinfo=UTC)
 
 
