@@ -12,8 +12,6 @@ import dj_database_url
 from csp.constants import NONE, SELF
 
 from gpufleet.core import agent_settings
-from gpufleet.sso import ldap_settings, oidc_settings
-from gpufleet.sso.groups import RoleGroupsError, parse_role, parse_role_groups
 from gpufleet.env import (
     SettingError,
     env_bool,
@@ -24,6 +22,8 @@ from gpufleet.env import (
     env_prices,
     require_strong_secret,
 )
+from gpufleet.sso import ldap_settings, oidc_settings
+from gpufleet.sso.groups import RoleGroupsError, parse_role, parse_role_groups
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -388,6 +388,9 @@ GPUFLEET_SITE_URL = os.environ.get("GPUFLEET_SITE_URL") or f"http://{GPUFLEET_BI
 GPUFLEET_AGENT_FIXES = _AGENT.GPUFLEET_AGENT_FIXES
 # How long "diagnose now" waits for the node before saying it did not answer.
 GPUFLEET_JOB_TIMEOUT = _AGENT.GPUFLEET_JOB_TIMEOUT
+# The longest a DCGM diagnostic may run on a node (docs/diagnostics.md); a diagnostic job
+# is unanswered only after the job timeout and this.
+GPUFLEET_DCGM_DIAG_TIMEOUT = _AGENT.GPUFLEET_DCGM_DIAG_TIMEOUT
 
 # Node identity (wire.sign / wire.verify). The centre derives each node's key from
 # GPUFLEET_SIGNING_KEY (by default SECRET_KEY) with wire.derive_node_key; changing it re-keys

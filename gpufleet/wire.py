@@ -26,6 +26,7 @@ from typing import Any
 
 from gpufleet import gpu
 from gpufleet.core import broker_acl
+from gpufleet.gpu.dcgm import DcgmInfo
 
 # The one version of the snapshot schema the site reads (a change of the schema bumps it:
 # docs/install-and-upgrade.md says how).
@@ -36,6 +37,7 @@ SNAPSHOT_SCHEMA_VERSION = 2
 # stream (below).
 COLLECT_TASK = "gpufleet.agent.tasks.collect"
 APPLY_FIX_TASK = "gpufleet.agent.tasks.apply_fix"
+DCGM_DIAG_TASK = "gpufleet.agent.tasks.run_dcgm_diag"
 
 
 def agent_queue(node: str) -> str:
@@ -101,7 +103,7 @@ class CentreOnlyFinding(SnapshotError):
 # is not one of them.
 CENTRE_ONLY_CODES = frozenset({
     "rejected-snapshot", "claims-overlap", "lost-capacity", "use-unclaimed", "attached-unclaimed", "use-misplaced",
-    "claim-idle",
+    "claim-idle", "dcgm-diag",
 })
 
 
@@ -127,17 +129,20 @@ def build_snapshot(
     node: str,
     fixes_allowed: list[str] | tuple[str, ...] = (),
     collected_at: datetime | None = None,
+    dcgm: DcgmInfo | None = None,
 ) -> dict:
-    """The JSON-ready snapshot of one collection on this host, cut to the schema's limits."""
+    """The JSON-ready snapshot of one collection on this host, cut to the schema's limits.
+    `dcgm`: whether the host has DCGM (an agent from before DCGM detection sends no key)."""
     collected_at = collected_at or datetime.now(UTC)
-    return fit_snapshot(
-        {
-            "schema_version": SNAPSHOT_SCHEMA_VERSION,
-            **diagnosis.to_dict(node),
-            "collected_at": collected_at.isoformat(),
-            "fixes_allowed": list(fixes_allowed),
-        }
-    )
+    data = {
+        "schema_version": SNAPSHOT_SCHEMA_VERSION,
+        **diagnosis.to_dict(node),
+        "collected_at": collected_at.isoformat(),
+        "fixes_allowed": list(fixes_allowed),
+    }
+    if dcgm is not None:
+        data["dcgm"] = dcgm.to_dict()
+    return fit_snapshot(data)
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -169,6 +174,9 @@ def fit_snapshot(data: dict) -> dict:
         return items
 
     data["driver_version"] = _text(data["driver_version"], DRIVER_VERSION_MAX, one_line=True)
+    if isinstance(data.get("dcgm"), dict):
+        data["dcgm"]["version"] = _text(data["dcgm"]["version"], DRIVER_VERSION_MAX, one_line=True)
+        data["dcgm"]["problem"] = _text(data["dcgm"]["problem"], LINE_MAX, one_line=True)
     data["toolkit_version"] = _text(data["toolkit_version"], LINE_MAX, one_line=True)
     data["cdi_spec_files"] = [
         _text(p, CDI_SPEC_PATH_MAX, one_line=True)

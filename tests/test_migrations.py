@@ -21,6 +21,9 @@ SHIPPED["events"].append("0003_claim_idle_and_usage_report_kinds")
 SHIPPED["usage"] += ["0002_monthly_report", "0003_usage_group_statistics"]
 SHIPPED["fleet"] += ["0002_finding_problems", "0003_node_search_trigram", "0004_node_rollups", "0005_finding_use"]
 SHIPPED["fleet"].append("0006_node_gpus_busy_unclaimed")
+SHIPPED["fleet"].append("0007_dcgm_and_validation")
+SHIPPED["jobs"].append("0002_dcgm_diagnostic")
+SHIPPED["events"].append("0004_dcgm_diagnostic_kind")
 SHIPPED["sso"] = ["0001_initial"]
 
 

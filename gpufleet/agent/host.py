@@ -17,6 +17,7 @@ from gpufleet.agent.adapters import (
     proc_cgroup_reader,
 )
 from gpufleet.core import agent_settings
+from gpufleet.gpu import dcgm
 from gpufleet.wire import build_snapshot
 
 # The nvidia-smi fields this host's driver rejected: learnt once per agent process,
@@ -42,4 +43,5 @@ def snapshot_this_host(node: str | None = None) -> dict:
     """One collection: diagnose this host and package it for ingest."""
     from gpufleet.agent.fixes import allowed_fixes
 
-    return build_snapshot(diagnose_this_host(), node or agent_settings.current().GPUFLEET_NODE_NAME, allowed_fixes())
+    return build_snapshot(diagnose_this_host(), node or agent_settings.current().GPUFLEET_NODE_NAME, allowed_fixes(),
+                          dcgm=dcgm.detect(SubprocessRunner()))

@@ -1,7 +1,7 @@
 """Tasks that run on a node's agent, consumed from its own queue node.<name>.
 
 What the agent sends is signed with its key (GPUFLEET_AGENT_KEY); what it is asked
-to do for a job (diagnose now, apply a fix) runs only when the centre signed it for
+to do for a job (diagnose now, apply a fix, run a DCGM diagnostic) runs only when the centre signed it for
 this node, recently, and a fix only once per job and only for a code this node's
 GPUFLEET_AGENT_FIXES allows. The agent's own schedule (collect without a job) needs
 no signature: it asks for nothing but the report the agent sends anyway."""
@@ -15,10 +15,11 @@ from celery import shared_task
 from celery.signals import worker_ready
 
 from gpufleet import wire
-from gpufleet.agent import jobs_run
+from gpufleet.agent import diagnostics, jobs_run
 from gpufleet.agent.fixes import apply_fix as run_fix
 from gpufleet.agent.host import snapshot_this_host
 from gpufleet.core import agent_settings, broker
+from gpufleet.gpu import dcgm
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,35 @@ def apply_fix(self, job_id: int, code: str, auth: dict | None = None) -> None:
     status = "done" if result.ok else "failed"
     send_to_centre(wire.PROGRESS, [job_id, status, result.output, result.error])
     send_to_centre(wire.SNAPSHOT, [wire.encode_snapshot(snapshot_this_host()), None])
+
+
+@shared_task(bind=True, name=wire.DCGM_DIAG_TASK, ignore_result=True)
+def run_dcgm_diag(self, job_id: int, level: int, auth: dict | None = None) -> None:
+    """Run DCGM's diagnostic of `level` (`dcgmi diag -r 1` or `-r 2`), report what it
+    printed (the site reads the result from it), then diagnose again."""
+    if not from_centre(wire.DCGM_DIAG_TASK, [job_id, level], auth):
+        return
+    if level not in dcgm.LEVELS:
+        log.warning("refused DCGM diagnostic level %r for job %s: only %s are run", level, job_id, dcgm.LEVELS)
+        return
+    # Like a fix, a replayed request runs nothing: -r 2 loads every GPU for minutes.
+    ran, now = jobs_run.for_this_agent(), time.time()
+    if ran.ran(job_id, now):
+        log.warning("refused DCGM diagnostic for job %s: it already ran here", job_id)
+        return
+    ran.record(job_id, now, jobs_run.signed_at(auth))
+    send_to_centre(wire.PROGRESS, [job_id, "running", "", ""])
+
+    def report() -> None:
+        send_to_centre(wire.SNAPSHOT, [wire.encode_snapshot(snapshot_this_host()), None])
+
+    result, printed = diagnostics.run(level, report)
+    log.info("DCGM diagnostic -r %s for job %s: %s", level, job_id, result.verdict)
+    if result.tests:
+        send_to_centre(wire.PROGRESS, [job_id, "done", wire.clean_text(printed), ""])
+    else:
+        send_to_centre(wire.PROGRESS, [job_id, "failed", wire.clean_text(printed), wire.clean_text(result.error)])
+    report()
 
 
 @worker_ready.connect

@@ -44,6 +44,10 @@ class Action(models.TextChoices):
     SILENCE_END = "silence.end", "Silence ended"
     MAINTENANCE_START = "maintenance.start", "Maintenance set"
     MAINTENANCE_END = "maintenance.end", "Maintenance ended"
+    # DCGM diagnostics (gpufleet/jobs) and validation after maintenance (gpufleet/fleet/maintenance.py).
+    NODE_DCGM_DIAG = "node.dcgm_diag", "DCGM diagnostic asked"
+    VALIDATION_START = "validation.start", "Validation required"
+    VALIDATION_END = "validation.end", "Validation ended"
     # Single sign-on (gpufleet.sso): each login, each role its groups changed, each refusal.
     SSO_LOGIN = "sso.login", "Single sign-on login"
     SSO_ROLE = "sso.role", "Role set by directory groups"

@@ -10,7 +10,7 @@ from django.db.models import Prefetch
 from django.utils import timezone
 
 from gpufleet import gpu
-from gpufleet.fleet.maintenance import in_maintenance_flag
+from gpufleet.fleet.maintenance import in_maintenance_flag, in_validation_flag
 from gpufleet.fleet.models import Device, FindingStatus, Node, offline_after
 
 # The ruled-out list names this many nodes; the rest are only counted by reason.
@@ -21,7 +21,8 @@ def fleet_placement(request: gpu.PlacementRequest, now=None) -> gpu.Placement:
     """Three queries: the nodes, their current GPUs, their claims."""
     now = now or timezone.now()
     stale_before = now - offline_after()
-    nodes = Node.objects.annotate(in_maintenance=in_maintenance_flag(now)).order_by("name").prefetch_related(
+    nodes = Node.objects.annotate(in_maintenance=in_maintenance_flag(now), in_validation=in_validation_flag()).order_by(
+        "name").prefetch_related(
         Prefetch(
             "devices",
             queryset=Device.objects.filter(vanished_at__isnull=True).order_by("index"),
@@ -35,6 +36,7 @@ def fleet_placement(request: gpu.PlacementRequest, now=None) -> gpu.Placement:
             ledger=node.ledger(claims=list(node.claims.all())),
             offline=node.offline,
             maintenance=node.in_maintenance,
+            validation=node.in_validation,
             failing=node.health == FindingStatus.FAIL,
             stale=node.last_seen < stale_before,
         )

@@ -3,7 +3,7 @@ other claims inside one transaction that holds the node row locked, so two
 admins saving at once cannot double-book a GPU; every change is audited.
 
 Everything that can refuse a change raises a `ClaimError` with a stable `code`
-(the ledger's machine codes plus name_taken, maintenance, stale, gone and version_required) and a sentence for
+(the ledger's machine codes plus name_taken, maintenance, validation, stale, gone and version_required) and a sentence for
 people, so the editor and the API report the same reasons the same way."""
 
 from __future__ import annotations
@@ -77,15 +77,15 @@ class Terms:
 
 
 class InMaintenance(ClaimError):
-    """A new claim on a node in maintenance: it takes no new work until the maintenance ends."""
+    """A new claim on a node closed to claims (gpufleet.fleet.maintenance.closed_to_claims):
+    in maintenance (code "maintenance") or in validation until a DCGM diagnostic passes
+    (code "validation")."""
 
     code = "maintenance"
 
-    def __init__(self, node_name: str, until: datetime, reason: str) -> None:
-        super().__init__(
-            f"node {node_name} is in maintenance until {until:%Y-%m-%d %H:%M %Z} ({reason}) and takes no new "
-            f"claim; claim another node or end its maintenance first"
-        )
+    def __init__(self, closed: maintenance.Closed) -> None:
+        super().__init__(closed.sentence)
+        self.code = closed.kind
 
 
 class StaleClaim(ClaimError):
@@ -209,7 +209,7 @@ def save_claim(
     """Create or (with `editing`) replace a claim. Without `terms` a new claim is
     owned by `user` and never expires, an edited one keeps its own. Raises NameTaken,
     BadName, BadTerms, ClaimRejected, InMaintenance (a new claim on a node in
-    maintenance), StaleClaim (the claim changed after
+    maintenance or validation), StaleClaim (the claim changed after
     `expected_updated_at`) or ClaimGone. The editor and the API always pass
     `expected_updated_at` for an edit (see parse_version); None, no check, is for
     the system's own changes."""
@@ -227,8 +227,8 @@ def save_claim(
                     raise ClaimGone() from None
                 if is_stale(editing, expected_updated_at):
                     raise StaleClaim()
-            if editing is None and (away := maintenance.current(locked)) is not None:
-                raise InMaintenance(locked.name, away.until, away.reason)
+            if editing is None and (closed := maintenance.closed_to_claims(locked)) is not None:
+                raise InMaintenance(closed)
             taken = check_name(locked, proposed.name, editing)
             if taken is not None:
                 raise taken

@@ -16,6 +16,7 @@ VIEW, EDIT_CLAIMS, DIAGNOSE, APPLY_FIX, MANAGE_USERS = "view", "edit_claims", "d
 ACKNOWLEDGE_XID = "acknowledge_xid"
 MANAGE_ALERTS = "manage_alerts"
 MAINTAIN = "maintain"
+RUN_DCGM_DIAG = "run_dcgm_diag"
 
 _PERMISSION = {
     VIEW: "fleet.view_node",
@@ -26,6 +27,7 @@ _PERMISSION = {
     MANAGE_USERS: "auth.change_user",
     MANAGE_ALERTS: "alerts.change_rule",
     MAINTAIN: "fleet.change_maintenance",
+    RUN_DCGM_DIAG: "fleet.run_dcgm_diag",
 }
 
 

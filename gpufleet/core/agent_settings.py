@@ -39,6 +39,7 @@ class AgentSettings:
     GPUFLEET_DOCKER_TIMEOUT: float
     GPUFLEET_AGENT_FIXES: list[str]
     GPUFLEET_JOB_TIMEOUT: float
+    GPUFLEET_DCGM_DIAG_TIMEOUT: float
     GPUFLEET_AGENT_KEY: str
     GPUFLEET_INGEST_STREAM: str
     GPUFLEET_INGEST_STREAM_MAXLEN: int
@@ -70,6 +71,9 @@ def from_environment() -> AgentSettings:
         GPUFLEET_DOCKER_TIMEOUT=env_float("GPUFLEET_DOCKER_TIMEOUT", 5.0, minimum=0.1),
         GPUFLEET_AGENT_FIXES=env_list("GPUFLEET_AGENT_FIXES", []),
         GPUFLEET_JOB_TIMEOUT=env_float("GPUFLEET_JOB_TIMEOUT", 60.0, minimum=1.0),
+        # The longest a DCGM diagnostic may run (-r 2 on eight GPUs takes minutes); the site
+        # waits this long past the job timeout before it calls the job unanswered.
+        GPUFLEET_DCGM_DIAG_TIMEOUT=env_float("GPUFLEET_DCGM_DIAG_TIMEOUT", 900.0, minimum=10.0),
         # As `manage.py enroll NODE` prints it; `up` leaves its local agents' keys in the
         # data dir instead, readable by their user only.
         GPUFLEET_AGENT_KEY=os.environ.get("GPUFLEET_AGENT_KEY", "").strip()

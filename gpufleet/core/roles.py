@@ -1,5 +1,5 @@
 """The three roles, as Django groups: viewer reads, operator also edits claims,
-asks for diagnoses and puts nodes in maintenance, admin also applies fixes, manages users and sets up alerts. Kept in step with
+asks for diagnoses and puts nodes in maintenance, admin also applies fixes, runs DCGM diagnostics, manages users and sets up alerts. Kept in step with
 this table after every migrate."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ _READ = [
 ]
 _OPERATE = ["claims.add_claim", "claims.change_claim", "claims.delete_claim", "fleet.diagnose_node",
             "fleet.change_maintenance"]
-_ADMINISTER = ["fleet.apply_fix", "fleet.acknowledge_xid", "auth.view_user", "auth.add_user", "auth.change_user", "auth.delete_user", "auth.view_group",
+_ADMINISTER = ["fleet.apply_fix", "fleet.acknowledge_xid", "fleet.run_dcgm_diag", "auth.view_user", "auth.add_user", "auth.change_user", "auth.delete_user", "auth.view_group",
                "sso.view_identity"]
 # Channels (whose URLs hold secrets), rules and silences: the admin role's.
 _ADMINISTER += [f"alerts.{verb}_{model}" for model in ("channel", "rule", "silence") for verb in ("add", "change", "delete")]

@@ -21,6 +21,7 @@ class Kind(models.TextChoices):
     CLAIM_RELEASED = "claim-released", "Claim released"
     CLAIM_IDLE = "claim-idle", "Claim idle"
     FIX_APPLIED = "fix-applied", "Fix applied"
+    DIAGNOSTIC = "dcgm-diag", "DCGM diagnostic"
     INGEST_SILENT = "ingest-silent", "No snapshots arriving"
     USAGE_REPORT = "usage-report", "Monthly usage report"
 

@@ -339,6 +339,19 @@ def record_fix(job_id: int, now: datetime | None = None) -> Event | None:
                        name=f"Fix {job['fix_code']}", code=job["fix_code"], now=now, job_id=job_id)
 
 
+_DIAGNOSTIC_SEVERITY = {"pass": Severity.INFO, "warn": Severity.WARN, "fail": Severity.FAIL, "error": Severity.WARN}
+_DIAGNOSTIC_WORDS = {"pass": "passed", "warn": "passed with warnings", "fail": "failed", "error": "did not run"}
+
+
+def record_diagnostic(job_id: int, node_id: int, level: int | None, verdict: str, summary: str,
+                      now: datetime | None = None) -> Event:
+    """A DCGM diagnostic that ended, with its job: passed (info), with warnings or not run
+    (warn), failed (fail). A failed run's finding is an event of its own while it lasts."""
+    return record_once(Kind.DIAGNOSTIC, _DIAGNOSTIC_SEVERITY.get(verdict, Severity.WARN), node_id,
+                       f"DCGM diagnostic -r {level} {_DIAGNOSTIC_WORDS.get(verdict, verdict)}: {summary}",
+                       name=f"DCGM diagnostic -r {level}", code=f"r{level}", now=now, job_id=job_id)
+
+
 def close_cleared(now: datetime | None = None) -> int:
     """Close the events that stayed clear long enough while nothing observed them (their
     node went silent, refusals stopped): closed at `clear_since`. Refusals come once a

@@ -15,3 +15,9 @@ class MaintenanceForm(forms.Form):
         help_text="In the site's time zone.",
     )
     reason = forms.CharField(label="Reason", max_length=Maintenance.REASON_MAX)
+    validate = forms.TypedChoiceField(
+        label="Afterwards", required=False, coerce=int, empty_value=None,
+        choices=[("", "back in service"), (1, "in validation until DCGM -r 1 passes"),
+                 (2, "in validation until DCGM -r 2 passes")],
+        help_text="In validation, the node takes no new claim until a DCGM diagnostic of that level passes.",
+    )

@@ -2,7 +2,11 @@
 in maintenance it takes no new claim, find-a-node leaves it out, alerts send
 nothing for it and the overview shows it as in maintenance instead of its health;
 its events are still recorded. It ends on its own: every reader compares `until`
-with now, so no task has to end it. Setting and ending it are audited."""
+with now, so no task has to end it. Setting and ending it are audited.
+
+Validation: a node may also be "in validation" (after maintenance, or when asked):
+it takes no new claim until a DCGM diagnostic of at least the level asked for passes.
+`closed_to_claims` is the one place that says whether a node takes new claims."""
 
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ from django.utils import timezone
 
 from gpufleet.audit.models import Action, record
 from gpufleet.fleet import summary_keep
-from gpufleet.fleet.models import Maintenance, Node
+from gpufleet.fleet.models import Maintenance, Node, Validation
+from gpufleet.gpu import dcgm
 
 REASON_MAX = Maintenance.REASON_MAX
 
@@ -34,6 +39,11 @@ def in_maintenance_flag(now: datetime | None = None) -> Case:
     annotation's subquery for every node at each place the query reads it, and the
     overview's figures read it several times over the whole fleet."""
     return Case(When(active(now), then=Value(True)), default=Value(False), output_field=BooleanField())
+
+
+def in_validation_flag() -> Case:
+    """An annotation of Node: True while it is in validation (a left join, as above)."""
+    return Case(When(validation__isnull=False, then=Value(True)), default=Value(False), output_field=BooleanField())
 
 
 def nodes_in_maintenance(now: datetime | None = None) -> QuerySet[Node]:
@@ -59,9 +69,12 @@ def of_loaded(node: Node, now: datetime | None = None) -> Maintenance | None:
     return row if row.until > (now or timezone.now()) else None
 
 
-def start(node: Node, until: datetime | None, reason: str, user, now: datetime | None = None) -> Maintenance:
+def start(node: Node, until: datetime | None, reason: str, user, now: datetime | None = None,
+          validate_level: int | None = None) -> Maintenance:
     """Put `node` in maintenance until `until` (or change the end and reason of the
-    one it is in). Raises MaintenanceError for an end not in the future or no reason."""
+    one it is in). Raises MaintenanceError for an end not in the future or no reason.
+    With `validate_level`, the node is also in validation: after the maintenance it takes
+    no new claim until a DCGM diagnostic of that level (or higher) passes."""
     now = now or timezone.now()
     reason = (reason or "").strip()
     if until is None:
@@ -86,6 +99,8 @@ def start(node: Node, until: datetime | None, reason: str, user, now: datetime |
         row.until, row.reason = until, reason
         row.save()
         record(user, Action.MAINTENANCE_START, node=node, target=node.name, before=before, after=row.as_audit_dict())
+        if validate_level is not None:
+            start_validation(node, validate_level, f"after maintenance: {reason}", user, now)
         summary_keep.changed()
     return row
 
@@ -101,3 +116,79 @@ def end(node: Node, user, now: datetime | None = None) -> None:
         row.delete()
         record(user, Action.MAINTENANCE_END, node=node, target=node.name, before=before, after=None)
         summary_keep.changed()
+
+
+# --- validation ---------------------------------------------------------------------------
+
+
+def validation_of_loaded(node: Node) -> Validation | None:
+    """The node's validation, without a query for a node read with select_related("validation")."""
+    try:
+        return node.validation
+    except Validation.DoesNotExist:
+        return None
+
+
+def start_validation(node: Node, level: int, reason: str, user, now: datetime | None = None) -> Validation:
+    """Put `node` in validation (or change the level and reason of the one it is in):
+    no new claim until a DCGM diagnostic of `level` or higher passes after now."""
+    if level not in dcgm.LEVELS:
+        raise MaintenanceError(f"A validating diagnostic is of level {' or '.join(map(str, dcgm.LEVELS))}.")
+    reason = (reason or "").strip()[:REASON_MAX]
+    with transaction.atomic():
+        row = Validation.objects.select_for_update().filter(node=node).first()
+        before = row.as_audit_dict() if row is not None else None
+        row = row or Validation(node=node)
+        row.since, row.level, row.reason = now or timezone.now(), level, reason
+        row.author = user if user is not None and user.is_authenticated else None
+        row.save()
+        record(user, Action.VALIDATION_START, node=node, target=node.name, before=before, after=row.as_audit_dict())
+    return row
+
+
+def end_validation(node: Node, user, why: str = "ended by hand") -> None:
+    """End the node's validation (by hand, or `user` None: by a passing run, `why` says
+    which). Raises MaintenanceError when it is in none."""
+    with transaction.atomic():
+        row = Validation.objects.select_for_update().filter(node=node).first()
+        if row is None:
+            raise MaintenanceError(f"Node {node.name} is not in validation.")
+        before = row.as_audit_dict()
+        row.delete()
+        record(user, Action.VALIDATION_END, node=node, target=node.name, before=before, after={"why": why})
+
+
+def validated_by(node_id: int, level: int, passed_at: datetime, job_id: int) -> bool:
+    """A DCGM diagnostic of `level` passed on the node at `passed_at`: its validation (one
+    asked before then, for that level or lower) ends, audited as the system's."""
+    row = Validation.objects.filter(node_id=node_id, since__lte=passed_at, level__lte=level).select_related("node").first()
+    if row is None:
+        return False
+    try:
+        end_validation(row.node, None, why=f"DCGM diagnostic -r {level} passed (job {job_id})")
+    except MaintenanceError:  # ended meanwhile
+        return False
+    return True
+
+
+class Closed:
+    """Why a node takes no new claim now: `kind` is "maintenance" or "validation"."""
+
+    def __init__(self, kind: str, sentence: str) -> None:
+        self.kind, self.sentence = kind, sentence
+
+
+def closed_to_claims(node: Node, now: datetime | None = None) -> Closed | None:
+    """Whether `node` takes new claims now, and if not why: in maintenance, or in
+    validation until a DCGM diagnostic passes. The one place the claims ask."""
+    now = now or timezone.now()
+    if (away := current(node, now)) is not None:
+        return Closed("maintenance", f"node {node.name} is in maintenance until {away.until:%Y-%m-%d %H:%M %Z} "
+                                     f"({away.reason}) and takes no new claim; claim another node or end its "
+                                     "maintenance first")
+    row = Validation.objects.filter(node=node).first()
+    if row is not None:
+        return Closed("validation", f"node {node.name} is in validation since {row.since:%Y-%m-%d %H:%M %Z} and "
+                                    f"takes no new claim until a DCGM diagnostic -r {row.level} passes; claim another "
+                                    "node, or run the diagnostic from its page")
+    return None

@@ -128,6 +128,11 @@ class Node(models.Model):
     cdi_spec_files = models.JSONField(default=list, blank=True)
     cdi_devices = models.JSONField(default=list, blank=True)
     fixes_allowed = models.JSONField(default=list, blank=True, help_text="Finding codes the agent may fix.")
+    # DCGM as the agent last said ({}: an agent from before DCGM detection), and the last
+    # DCGM diagnostic that ran (verdict, level, summary, at, job): kept on the row ingest
+    # reads anyway, so a failed run stays a finding at every snapshot with no query more.
+    dcgm = models.JSONField(default=dict, blank=True, help_text="DCGM on the node: installed, version, problem.")
+    diagnostic = models.JSONField(default=dict, blank=True, help_text="The node's last DCGM diagnostic that ran.")
 
     gpu_count = models.PositiveIntegerField(default=0)
     vram_total_mib = models.BigIntegerField(default=0)
@@ -166,6 +171,7 @@ class Node(models.Model):
             ("diagnose_node", "Can ask a node to diagnose itself now"),
             ("apply_fix", "Can apply a doctor fix on a node"),
             ("acknowledge_xid", "Can acknowledge a GPU's Xid errors"),
+            ("run_dcgm_diag", "Can run a DCGM diagnostic on a node"),
         ]
 
     def __str__(self) -> str:
@@ -510,3 +516,22 @@ class Maintenance(models.Model):
 
     def as_audit_dict(self) -> dict:
         return {"until": self.until.isoformat(), "reason": self.reason}
+
+
+class Validation(models.Model):
+    """A node in validation: it takes no new claim until a DCGM diagnostic of at least
+    `level` passes (one that finished after `since`), typically after maintenance. Its
+    own row, as Maintenance's; the passing run removes it (gpufleet/fleet/maintenance.py)."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="validation")
+    since = models.DateTimeField(default=timezone.now)
+    level = models.PositiveSmallIntegerField(default=1, help_text="The least DCGM diagnostic level that validates.")
+    reason = models.CharField(max_length=Maintenance.REASON_MAX, blank=True)
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                               related_name="+")
+
+    def __str__(self) -> str:
+        return f"{self.node.name} in validation since {self.since:%Y-%m-%d %H:%M}"
+
+    def as_audit_dict(self) -> dict:
+        return {"since": self.since.isoformat(), "level": self.level, "reason": self.reason}

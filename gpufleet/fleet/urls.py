@@ -16,5 +16,6 @@ urlpatterns = [
     re_path(rf"^nodes/(?P<name>{NodeNameConverter.regex})/report\.{_FORMAT}$", views.node_report, name="node_report"),
     path("nodes/<node:name>/maintenance/", views.set_maintenance, name="set_maintenance"),
     path("nodes/<node:name>/maintenance/end/", views.end_maintenance, name="end_maintenance"),
+    path("nodes/<node:name>/validation/end/", views.end_validation, name="end_validation"),
     path("nodes/<node:name>/gpus/<int:index>/acknowledge-xid/", views.acknowledge_xid, name="acknowledge_xid"),
 ]

@@ -18,7 +18,7 @@ from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_GET, require_POST
 
 from gpufleet.core import downloads
-from gpufleet.core.access import ACKNOWLEDGE_XID, MAINTAIN, VIEW, requires
+from gpufleet.core.access import ACKNOWLEDGE_XID, MAINTAIN, RUN_DCGM_DIAG, VIEW, requires
 from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.core.querystring import clean_query
 from gpufleet.events import services as events
@@ -79,7 +79,7 @@ def _with_query(path: str, query) -> str:
 def node_detail(request, name: str, partial: str | None = None):
     """The node page; HTMX asks for its findings (after a job finished, and on
     a slow refresh) at fleet:node_findings."""
-    node = get_object_or_404(Node.objects.select_related("maintenance__author"), name=name)
+    node = get_object_or_404(Node.objects.select_related("maintenance__author", "validation__author"), name=name)
     now = timezone.now()
     context = {"node": node, "now": now, "findings": node_page.findings_worst_first(node)}
     if not (partial and wants_fragment(request)):
@@ -122,7 +122,8 @@ def set_maintenance(request, name: str):
         messages.error(request, f"Maintenance not set. {problems}")
         return redirect("fleet:node_detail", name=node.name)
     try:
-        row = maintenance.start(node, form.cleaned_data["until"], form.cleaned_data["reason"], request.user)
+        row = maintenance.start(node, form.cleaned_data["until"], form.cleaned_data["reason"], request.user,
+                                validate_level=form.cleaned_data.get("validate"))
     except maintenance.MaintenanceError as exc:
         messages.error(request, f"Maintenance not set. {exc}")
     else:
@@ -140,6 +141,21 @@ def end_maintenance(request, name: str):
         messages.warning(request, str(exc))
     else:
         messages.success(request, f"Maintenance of {node.name} ended.")
+    return redirect("fleet:node_detail", name=node.name)
+
+
+@require_POST
+@requires(RUN_DCGM_DIAG)
+def end_validation(request, name: str):
+    """Let a node in validation take claims again without a passing diagnostic: the
+    admins' way out (DCGM broken, or the node judged fine otherwise), audited."""
+    node = get_object_or_404(Node, name=name)
+    try:
+        maintenance.end_validation(node, request.user)
+    except maintenance.MaintenanceError as exc:
+        messages.warning(request, str(exc))
+    else:
+        messages.success(request, f"Validation of {node.name} ended: it takes claims again.")
     return redirect("fleet:node_detail", name=node.name)
 
 

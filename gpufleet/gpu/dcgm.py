@@ -85,6 +85,14 @@ class Outcome(StrEnum):
     WARN = "warn"
     FAIL = "fail"
 
+    @property
+    def label(self) -> str:
+        return self.value.capitalize()
+
+    @property
+    def colour(self) -> str:
+        return {"pass": "green", "skip": "grey", "not run": "grey", "warn": "amber", "fail": "red"}[self.value]
+
     @classmethod
     def read(cls, word: object) -> Outcome:
         """dcgmi's word ("Pass", "PASS", "Pass - All", "Fail - GPU: 0", "SKIPPED"); a word
@@ -144,6 +152,10 @@ class Verdict(StrEnum):
     @property
     def label(self) -> str:
         return {"pass": "Passed", "warn": "Passed with warnings", "fail": "Failed", "error": "Did not run"}[self.value]
+
+    @property
+    def colour(self) -> str:
+        return {"pass": "green", "warn": "amber", "fail": "red", "error": "grey"}[self.value]
 
     @property
     def status(self) -> Status:

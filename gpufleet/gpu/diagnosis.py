@@ -614,3 +614,16 @@ def _attach_finding(attach: Attach, docker: DockerInfo) -> Finding:
         Status.OK,
         f"Containers get GPUs through {how} ({attach})",
     )
+
+
+def problem_text(findings: Iterable[Finding], limit: int = 300) -> str:
+    """The worst finding in words (the first of the worst, in the doctor's order), with
+    how many more there are: a node's problem line on the overview."""
+    problems = [f for f in findings if f.status != Status.OK]
+    if not problems:
+        return ""
+    worst = max(problems, key=lambda f: Status(f.status).rank)  # max keeps the first of equals
+    text = f"{worst.name}: {worst.message}"
+    more = len(problems) - 1
+    suffix = f" (+{more} more)" if more else ""
+    return text[: limit - len(suffix) - 1] + "…" + suffix if len(text) + len(suffix) > limit else text + suffix

@@ -21,6 +21,7 @@ PROBE = "placement"
 
 OFFLINE = "offline"
 MAINTENANCE = "maintenance"
+VALIDATION = "validation"
 FAILING = "failing"
 STALE = "stale"
 TOO_FEW = "too_few"
@@ -30,6 +31,7 @@ LOW_VRAM = "low_vram"
 PLACEMENT_REASONS = {
     OFFLINE: "offline",
     MAINTENANCE: "in maintenance",
+    VALIDATION: "in validation",
     FAILING: "failing",
     STALE: "stale",
     TOO_FEW: "too few free GPUs",
@@ -63,6 +65,7 @@ class Candidate:
     ledger: Ledger
     offline: bool = False
     maintenance: bool = False
+    validation: bool = False  # no new claim until a DCGM diagnostic passes
     failing: bool = False
     stale: bool = False
 
@@ -124,6 +127,8 @@ def _try(request: PlacementRequest, candidate: Candidate) -> Fit | RuledOut:
         return RuledOut(name, OFFLINE, "offline")
     if candidate.maintenance:
         return RuledOut(name, MAINTENANCE, "in maintenance")
+    if candidate.validation:
+        return RuledOut(name, VALIDATION, "in validation until a DCGM diagnostic passes")
     if candidate.failing:
         return RuledOut(name, FAILING, "failing")
     if candidate.stale:

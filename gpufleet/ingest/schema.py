@@ -161,6 +161,15 @@ class DeviceIn(BaseModel):
         return values
 
 
+class DcgmIn(BaseModel):
+    """DCGM on the node (gpu.dcgm.DcgmInfo): absent from an agent older than its detection."""
+
+    model_config = _Strict
+    installed: bool
+    version: Annotated[str, Field(max_length=DRIVER_VERSION_MAX, pattern=_ONE_LINE)]
+    problem: _Line
+
+
 class FindingIn(BaseModel):
     model_config = _Strict
     code: _Code
@@ -187,6 +196,7 @@ class Snapshot(BaseModel):
     attach: Literal["cdi", "legacy", "none"]
     findings: Annotated[list[FindingIn], Field(min_length=1, max_length=FINDINGS_MAX)]
     fixes_allowed: Annotated[list[_Code], Field(max_length=FIXES_ALLOWED_MAX)] = []
+    dcgm: DcgmIn | None = None
 
     @field_validator("collected_at", mode="before")
     @classmethod

@@ -21,7 +21,8 @@ from gpufleet.core import bulk
 from gpufleet.events import services as events
 from gpufleet.fleet.models import Device, DeviceSample, Finding, Node, XidAcknowledgement
 from gpufleet.fleet.xid_acks import acknowledgements, apply_acknowledgements
-from gpufleet.gpu import accounting
+from gpufleet.gpu import accounting, dcgm
+from gpufleet.gpu.diagnosis import problem_text
 from gpufleet.ingest.refusals import count_refusals
 from gpufleet.ingest.schema import DeviceIn, Snapshot, parse_snapshot
 from gpufleet.jobs.models import JobStatus
@@ -173,7 +174,8 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
         holders = [usage.Holder(c.pk, c.name, c.owner_name or "") for c in claims[node.pk]]
         used += usage.rows(node.pk, node.name, snapshot.collected_at, holders,
                            accounting.account(ledger, covered, rule))
-        findings = _central_findings(snapshot, gpus[node.pk], lost[node.pk], ledger, idle, rule, acks.get(node.pk, {}))
+        findings = _central_findings(snapshot, gpus[node.pk], lost[node.pk], ledger, idle, rule, acks.get(node.pk, {}),
+                                     node.diagnostic)
         all_findings.append((node, findings))
         node.health = gpu.Status.worst(f.status for f in findings)
         node.problem = _problem(findings)
@@ -239,8 +241,11 @@ def _locked_nodes(names: list[str], now) -> dict[str, Node]:
 
 
 def _locking(names: list[str]) -> dict[str, Node]:
-    # Only what is read before a snapshot rewrites the rest (_NODE_FIELDS, bulk.update).
-    locked = Node.objects.select_for_update().filter(name__any=names).only("name", "collected_at").order_by("name")
+    # Only what is read before a snapshot rewrites the rest (_NODE_FIELDS, bulk.update): the
+    # last DCGM diagnostic (its finding), and DCGM as known (kept when an older agent says
+    # nothing of it). A deferred field read later would be a query inside bulk.update's COPY.
+    locked = (Node.objects.select_for_update().filter(name__any=names)
+              .only("name", "collected_at", "diagnostic", "dcgm").order_by("name"))
     return {node.name: node for node in locked}
 
 
@@ -323,27 +328,20 @@ def _claims(nodes: list[Node]) -> dict[int, list[Claim]]:
 
 def _central_findings(
     snapshot: Snapshot, devices: tuple[gpu.Device, ...], lost: list[Device], ledger: gpu.Ledger,
-    idle: dict[int, datetime], rule: gpu.IdleRule, acks: dict[str, XidAcknowledgement],
+    idle: dict[int, datetime], rule: gpu.IdleRule, acks: dict[str, XidAcknowledgement], diagnostic: dict | None = None,
 ) -> list[gpu.Finding]:
     """The agent's findings as the centre keeps them: acknowledged Xids cleared, and
-    what only the centre knows added: lost GPUs, overlapping claims, and claims
-    against the work found on the GPUs."""
+    what only the centre knows added: lost GPUs, overlapping claims, claims against the
+    work found on the GPUs, and the node's last DCGM diagnostic when it did not pass."""
     reported = [gpu.Finding(f.code, f.name, f.status, f.message, f.fix) for f in snapshot.findings]
     findings = apply_acknowledgements(reported, devices, acks)
-    central = [_lost_capacity_finding(lost), _overlap_finding(ledger)]
+    central = [_lost_capacity_finding(lost), _overlap_finding(ledger), dcgm.finding(diagnostic)]
     return findings + [f for f in central if f is not None] + gpu.claim_use_findings(ledger, idle, rule)
 
 
 def _problem(findings: list[gpu.Finding]) -> str:
     """The worst finding in words (the first of the worst, in the doctor's order)."""
-    problems = [f for f in findings if f.status != gpu.Status.OK]
-    if not problems:
-        return ""
-    worst = max(problems, key=lambda f: gpu.Status(f.status).rank)  # max keeps the first of equals
-    text = f"{worst.name}: {worst.message}"
-    more = len(problems) - 1
-    suffix = f" (+{more} more)" if more else ""
-    return text[: 300 - len(suffix) - 1] + "…" + suffix if len(text) + len(suffix) > 300 else text + suffix
+    return problem_text(findings)
 
 
 def _overlap_finding(ledger: gpu.Ledger) -> gpu.Finding | None:
@@ -411,7 +409,7 @@ def _flag_claims(
 # The node columns each accepted snapshot rewrites.
 _NODE_FIELDS = [
     "last_seen", "collected_at", "offline", "present", "driver_version", "runtime_installed", "toolkit_version",
-    "attach", "cdi_spec_files", "cdi_devices", "fixes_allowed", "gpu_count", "vram_total_mib", "vram_used_mib",
+    "attach", "cdi_spec_files", "cdi_devices", "fixes_allowed", "dcgm", "gpu_count", "vram_total_mib", "vram_used_mib",
     "utilization_mean", "health", "problem", "gpu_models", "gpus_lost", "gpus_reserved",
     "gpus_busy_unclaimed",
 ]
@@ -430,6 +428,8 @@ def _update_node(node: Node, snapshot: Snapshot, devices: tuple[gpu.Device, ...]
     node.cdi_spec_files = list(snapshot.cdi_spec_files)
     node.cdi_devices = list(snapshot.cdi_devices)
     node.fixes_allowed = list(snapshot.fixes_allowed)
+    if snapshot.dcgm is not None:  # an older agent says nothing of DCGM: what is known stays
+        node.dcgm = snapshot.dcgm.model_dump()
     node.gpu_count = len(devices)
     node.vram_total_mib = sum(d.vram_total_mib or 0 for d in devices)
     node.vram_used_mib = sum(d.vram_used_mib or 0 for d in devices)

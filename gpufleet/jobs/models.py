@@ -9,10 +9,13 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from gpufleet.gpu import dcgm
+
 
 class JobKind(models.TextChoices):
     DIAGNOSE = "diagnose", "Diagnose now"
     FIX = "fix", "Apply fix"
+    DCGM_DIAG = "dcgm-diag", "DCGM diagnostic"
 
 
 class JobStatus(models.TextChoices):
@@ -38,6 +41,9 @@ class Job(models.Model):
     node = models.ForeignKey("fleet.Node", on_delete=models.CASCADE, related_name="jobs")
     kind = models.CharField(max_length=10, choices=JobKind.choices)
     fix_code = models.CharField(max_length=64, blank=True)
+    # A DCGM diagnostic's level (1 or 2) and its result as read (gpu.dcgm.DiagResult.to_dict).
+    level = models.PositiveSmallIntegerField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)
     output = models.TextField(blank=True)
     error = models.TextField(blank=True)
@@ -53,7 +59,8 @@ class Job(models.Model):
         indexes = [models.Index(fields=["status", "created_at"])]
 
     def __str__(self) -> str:
-        what = f"fix {self.fix_code}" if self.kind == JobKind.FIX else "diagnose"
+        what = {JobKind.FIX: f"fix {self.fix_code}", JobKind.DCGM_DIAG: f"DCGM diagnostic -r {self.level}"}.get(
+            self.kind, "diagnose")
         return f"{what} on {self.node.name}: {self.status}"
 
     @property
@@ -63,3 +70,8 @@ class Job(models.Model):
     @property
     def finished(self) -> bool:
         return self.state.finished
+
+    @property
+    def diag(self):
+        """A DCGM diagnostic's result as read (gpu.dcgm.DiagResult), or None."""
+        return dcgm.DiagResult.from_dict(self.result) if self.kind == JobKind.DCGM_DIAG else None

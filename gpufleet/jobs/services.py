@@ -7,20 +7,26 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from gpufleet.audit.models import record
+from gpufleet.audit.models import Action, record
 from gpufleet.events import services as events
-from gpufleet.fleet import credentials
+from gpufleet.fleet import credentials, diagnostics
+from gpufleet.gpu import dcgm
 from gpufleet.jobs.models import OPEN_STATUSES, Job, JobKind, JobStatus
-from gpufleet.wire import APPLY_FIX_TASK, COLLECT_TASK, clean_text, node_key_prefix
+from gpufleet.wire import APPLY_FIX_TASK, COLLECT_TASK, DCGM_DIAG_TASK, clean_text, node_key_prefix
 
 log = logging.getLogger(__name__)
 
 
 class FixNotAllowed(Exception):
     pass
+
+
+class DiagnosticUnavailable(Exception):
+    """A DCGM diagnostic that cannot be asked of this node (no DCGM, or a level not offered)."""
 
 
 BROKER_UNREACHABLE = "the broker is unreachable: nothing was sent"
@@ -89,6 +95,31 @@ def request_fix(node, code: str, user) -> Job:
     return job
 
 
+def request_dcgm_diag(node, level: int, user) -> Job:
+    """Queue DCGM's diagnostic of `level` (`dcgmi diag -r 1` or `-r 2`) on the node's agent,
+    for a node whose agent found DCGM. A diagnostic already open on the node is reused:
+    two at once would only make the second fail (DCGM runs one at a time)."""
+    if level not in dcgm.LEVELS:
+        raise DiagnosticUnavailable(f"level {level} is not offered; only {', '.join(map(str, dcgm.LEVELS))}")
+    info = dcgm.DcgmInfo.from_dict(node.dcgm)
+    if info is None or not info.installed:
+        why = info.problem if info is not None else "its agent has not said (an agent older than DCGM detection)"
+        raise DiagnosticUnavailable(f"{node.name} has no DCGM: {why}")
+    with transaction.atomic():
+        job = Job.objects.filter(node=node, kind=JobKind.DCGM_DIAG, status__in=OPEN_STATUSES).first()
+        if job is not None:
+            return job
+        job = Job.objects.create(node=node, kind=JobKind.DCGM_DIAG, level=level, requested_by=user)
+        target = f"dcgmi diag -r {level}"
+        record(user, Action.NODE_DCGM_DIAG, node=node, target=target, after={"job": job.pk, "level": level})
+        _send_on_commit(DCGM_DIAG_TASK, [job.pk, level], job, user, Action.NODE_DCGM_DIAG, target)
+    return job
+
+
+# The most of a diagnostic's output read for its result: far above what eight GPUs print.
+DIAG_OUTPUT_MAX = 2 * 2**20
+
+
 def report_progress(job_id: int, status: str, output: str = "", error: str = "", node: str | None = None) -> bool:
     """Move an open job on as the agent reports; a finished job is never reopened
     (duplicate or late messages are harmless). With `node` (who signed the report),
@@ -106,14 +137,36 @@ def report_progress(job_id: int, status: str, output: str = "", error: str = "",
         jobs = jobs.filter(node__name=node)
     moved = bool(jobs.update(**fields))
     if moved and status.finished:
+        _finish_dcgm_diag(job_id, output, now)
         events.record_fix(job_id, now)
     return moved
 
 
+def _finish_dcgm_diag(job_id: int, output: str, now) -> None:
+    """A finished DCGM diagnostic: its result read from what dcgmi printed (the whole
+    output, not the stored tail), kept on the job, made the node's when it has results,
+    and an event of the node's timeline."""
+    job = Job.objects.filter(pk=job_id, kind=JobKind.DCGM_DIAG).values("node_id", "level", "error").first()
+    if job is None:
+        return
+    result = dcgm.parse_diag(clean_text(output[:DIAG_OUTPUT_MAX]), job["level"])
+    if not result.tests and job["error"]:
+        result = dcgm.DiagResult(error=job["error"][:dcgm.MESSAGE_MAX], form=result.form, level=job["level"])
+    Job.objects.filter(pk=job_id).update(result=result.to_dict())
+    diagnostics.record_run(job["node_id"], job_id, result, now)
+    events.record_diagnostic(job_id, job["node_id"], job["level"], str(result.verdict), result.summary(), now)
+
+
 def expire_jobs(now=None) -> int:
-    """Jobs the node did not answer in time are closed as expired."""
+    """Jobs the node did not answer in time are closed as expired: one still queued after
+    the job timeout (its agent refuses it by then), a running DCGM diagnostic only after
+    the job timeout and the longest a diagnostic may run, and a collect interval more for
+    its report to arrive."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.GPUFLEET_JOB_TIMEOUT)
-    return Job.objects.filter(status__in=OPEN_STATUSES, created_at__lt=cutoff).update(
+    long_cutoff = cutoff - timedelta(seconds=settings.GPUFLEET_DCGM_DIAG_TIMEOUT + settings.GPUFLEET_COLLECT_INTERVAL)
+    running_diagnostic = Q(status=JobStatus.RUNNING, kind=JobKind.DCGM_DIAG)
+    due = (~running_diagnostic & Q(created_at__lt=cutoff)) | (running_diagnostic & Q(created_at__lt=long_cutoff))
+    return Job.objects.filter(due, status__in=OPEN_STATUSES).update(
         status=JobStatus.EXPIRED, finished_at=now, error="the node did not answer in time"
     )

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import trigger_client_event
 
 from gpufleet.agent.fixes import FIX_COMMANDS
-from gpufleet.core.access import APPLY_FIX, DIAGNOSE, VIEW, requires
+from gpufleet.core.access import APPLY_FIX, DIAGNOSE, RUN_DCGM_DIAG, VIEW, requires
 from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.fleet.models import Node
+from gpufleet.gpu import dcgm
 from gpufleet.jobs import services as jobs
 from gpufleet.jobs.models import Job, JobStatus
 
@@ -47,6 +49,29 @@ def node_fix(request, name: str, code: str):
     except jobs.FixNotAllowed as exc:  # the node changed its mind since the check above
         raise PermissionDenied(str(exc)) from exc
     return _job_response(request, job, f"Asked {node.name} to apply the fix for “{code}”.")
+
+
+@require_http_methods(["GET", "POST"])
+@requires(RUN_DCGM_DIAG)
+def node_dcgm_diag(request, name: str, level: int):
+    """GET: the confirmation step (the node page asks for -r 2 here; -r 1 posts at once).
+    POST: queue DCGM's diagnostic of `level` on the node. A node without DCGM says how to
+    install it instead."""
+    if level not in dcgm.LEVELS:
+        raise Http404(f"no DCGM diagnostic of level {level} is offered")
+    node = get_object_or_404(Node, name=name)
+    context = {"node": node, "level": level, "argv": dcgm.diag_argv(level), "level_name": dcgm.LEVEL_NAMES[level],
+               "install_hint": dcgm.INSTALL_HINT}
+    if request.method == "GET":
+        return render_page(request, "jobs/dcgm.html", context)
+    try:
+        job = jobs.request_dcgm_diag(node, level, request.user)
+    except jobs.DiagnosticUnavailable as exc:
+        if wants_fragment(request):
+            return render_page(request, "jobs/dcgm.html", context | {"refusal": str(exc)}, partial="dcgm-refused")
+        messages.error(request, f"No DCGM diagnostic was asked: {exc}. {dcgm.INSTALL_HINT}")
+        return redirect("fleet:node_detail", name=node.name)
+    return _job_response(request, job, f"Asked {node.name} to run DCGM's diagnostic -r {level}.")
 
 
 def _job_response(request, job: Job, message: str):

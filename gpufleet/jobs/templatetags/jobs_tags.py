@@ -1,4 +1,5 @@
-"""`{% node_jobs node %}`: the node page's recent jobs, each polling its status."""
+"""`{% node_jobs node %}`: the node page's recent jobs, each polling its status;
+`{% dcgm_panel node %}`: its DCGM diagnostics (whether it has DCGM, the buttons, the last run)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from datetime import timedelta
 from django import template
 from django.utils import timezone
 
-from gpufleet.jobs.models import Job
+from gpufleet.core.access import RUN_DCGM_DIAG, can
+from gpufleet.fleet import maintenance
+from gpufleet.gpu import dcgm
+from gpufleet.jobs.models import Job, JobKind, JobStatus
 
 register = template.Library()
 
@@ -24,3 +28,24 @@ def recent_jobs(node, now) -> list[Job]:
 def node_jobs(node) -> dict:
     now = timezone.now()
     return {"jobs": recent_jobs(node, now), "now": now}
+
+
+def last_dcgm_run(node) -> Job | None:
+    """The node's latest DCGM diagnostic that finished (with a result or not)."""
+    return (node.jobs.filter(kind=JobKind.DCGM_DIAG, status__in=[JobStatus.DONE, JobStatus.FAILED])
+            .exclude(result=None).select_related("requested_by").order_by("-finished_at", "-id").first())
+
+
+@register.inclusion_tag("jobs/dcgm_panel.html", takes_context=True)
+def dcgm_panel(context, node) -> dict:
+    request = context.get("request")
+    return {
+        "node": node,
+        "info": dcgm.DcgmInfo.from_dict(node.dcgm),
+        "last": last_dcgm_run(node),
+        "validation": maintenance.validation_of_loaded(node),
+        "install_hint": dcgm.INSTALL_HINT,
+        "can_run": can(getattr(request, "user", None), RUN_DCGM_DIAG),
+        "request": request,
+        "csrf_token": context.get("csrf_token"),
+    }
