@@ -254,3 +254,6 @@ TO_CENTRE  # gpufleet/wire.py
 _.seen_s  # gpufleet/usage/models.py
 _.used_s  # gpufleet/usage/models.py
 _.unknown_s  # gpufleet/usage/models.py
+
+# A DCGM diagnostic job's result as the templates read it (templates/jobs/job.html, dcgm_panel.html).
+_.diag  # gpufleet/jobs/models.py

@@ -253,11 +253,6 @@ def parse_diag(text: str, level: int | None = None) -> DiagResult:
     return _bounded(_from_text(text), level)
 
 
-def has_result(text: str) -> bool:
-    """Whether `text` holds a diagnostic's results (in either form)."""
-    return bool(parse_diag(text).tests)
-
-
 # --- JSON ------------------------------------------------------------------------------
 
 

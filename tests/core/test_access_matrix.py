@@ -15,7 +15,16 @@ from django.urls import URLResolver, get_resolver, reverse
 from django.utils import timezone
 
 from gpufleet.alerts.models import Channel, Rule, Silence
-from gpufleet.core.access import ACKNOWLEDGE_XID, APPLY_FIX, DIAGNOSE, EDIT_CLAIMS, MAINTAIN, MANAGE_ALERTS, VIEW
+from gpufleet.core.access import (
+    ACKNOWLEDGE_XID,
+    APPLY_FIX,
+    DIAGNOSE,
+    EDIT_CLAIMS,
+    MAINTAIN,
+    MANAGE_ALERTS,
+    RUN_DCGM_DIAG,
+    VIEW,
+)
 from gpufleet.jobs.models import Job, JobKind
 from tests.claims.helpers import claim
 from tests.factories import ingest
@@ -31,8 +40,10 @@ REQUIRED = {
     "fleet:acknowledge_xid": (ACKNOWLEDGE_XID, "post"),
     "fleet:set_maintenance": (MAINTAIN, "post"),
     "fleet:end_maintenance": (MAINTAIN, "post"),
+    "fleet:end_validation": (RUN_DCGM_DIAG, "post"),
     "jobs:diagnose": (DIAGNOSE, "post"),
     "jobs:fix": (APPLY_FIX, "get"),
+    "jobs:dcgm_diag": (RUN_DCGM_DIAG, "get"),
     "jobs:status": (VIEW, "get"),
     "audit:log": (VIEW, "get"),
     "events:list": (VIEW, "get"),
@@ -98,7 +109,7 @@ ROLES = {
     None: set(),
     "viewer": {VIEW},
     "operator": {VIEW, EDIT_CLAIMS, DIAGNOSE, MAINTAIN},
-    "admin": {VIEW, EDIT_CLAIMS, DIAGNOSE, MAINTAIN, APPLY_FIX, ACKNOWLEDGE_XID, MANAGE_ALERTS},
+    "admin": {VIEW, EDIT_CLAIMS, DIAGNOSE, MAINTAIN, APPLY_FIX, ACKNOWLEDGE_XID, MANAGE_ALERTS, RUN_DCGM_DIAG},
 }
 
 
@@ -151,6 +162,8 @@ def _url(name: str, objects: dict) -> str:
         kwargs["index"] = 0
     if "code" in route:
         kwargs["code"] = "cdi"
+    if "level" in route:
+        kwargs["level"] = 1
     if "node_id" in route:
         kwargs["node_id"] = 1
     if "claim_id" in route:
