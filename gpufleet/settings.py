@@ -316,6 +316,8 @@ GPUFLEET_VRAM_WARN_PERCENT = _AGENT.GPUFLEET_VRAM_WARN_PERCENT
 GPUFLEET_TEMPERATURE_WARN_C = _AGENT.GPUFLEET_TEMPERATURE_WARN_C
 # Xid errors older than this no longer count against a GPU.
 GPUFLEET_XID_WINDOW_HOURS = _AGENT.GPUFLEET_XID_WINDOW_HOURS
+# A GPU held down by power capping or heat for more than this share of the last hour warns.
+GPUFLEET_THROTTLE_WARN_SHARE = _AGENT.GPUFLEET_THROTTLE_WARN_SHARE
 # PATH, DOCKER_HOST (default unix:///var/run/docker.sock) and GPUFLEET_CDI_SPEC_DIRS
 # (default /etc/cdi:/var/run/cdi) are read by the agent at each collection.
 GPUFLEET_DOCKER_TIMEOUT = _AGENT.GPUFLEET_DOCKER_TIMEOUT

@@ -18,11 +18,15 @@ from gpufleet.agent.adapters import (
 )
 from gpufleet.core import agent_settings
 from gpufleet.gpu import dcgm
+from gpufleet.gpu.throttle import ThrottleHistory
 from gpufleet.wire import build_snapshot
 
 # The nvidia-smi fields this host's driver rejected: learnt once per agent process,
 # so an older driver costs one retry, not one per collection.
 SMI_QUERY = gpu.SmiQuery()
+# Each GPU's last hour of throttling, read at each collection: a restarted agent starts a
+# new hour (docs/agent.md says why the agent keeps it, not the site).
+THROTTLE = ThrottleHistory()
 
 
 def diagnose_this_host(runner: gpu.Runner | None = None) -> gpu.HostDiagnosis:
@@ -36,6 +40,8 @@ def diagnose_this_host(runner: gpu.Runner | None = None) -> gpu.HostDiagnosis:
         temperature_warn_c=settings.GPUFLEET_TEMPERATURE_WARN_C,
         xid_window_hours=settings.GPUFLEET_XID_WINDOW_HOURS,
         cgroup_of=proc_cgroup_reader(os.environ.get("GPUFLEET_PROC_ROOT") or "/proc"),
+        throttle=THROTTLE,
+        throttle_warn_share=settings.GPUFLEET_THROTTLE_WARN_SHARE,
     )
 
 

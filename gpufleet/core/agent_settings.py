@@ -36,6 +36,7 @@ class AgentSettings:
     GPUFLEET_VRAM_WARN_PERCENT: float
     GPUFLEET_TEMPERATURE_WARN_C: float
     GPUFLEET_XID_WINDOW_HOURS: float
+    GPUFLEET_THROTTLE_WARN_SHARE: float
     GPUFLEET_DOCKER_TIMEOUT: float
     GPUFLEET_AGENT_FIXES: list[str]
     GPUFLEET_JOB_TIMEOUT: float
@@ -68,6 +69,8 @@ def from_environment() -> AgentSettings:
         GPUFLEET_VRAM_WARN_PERCENT=env_float("GPUFLEET_VRAM_WARN_PERCENT", 90.0),
         GPUFLEET_TEMPERATURE_WARN_C=env_float("GPUFLEET_TEMPERATURE_WARN_C", 85.0, minimum=1.0),
         GPUFLEET_XID_WINDOW_HOURS=env_float("GPUFLEET_XID_WINDOW_HOURS", 24.0, minimum=0.1),
+        # A share of 1 or more can never be passed: it turns the warning off.
+        GPUFLEET_THROTTLE_WARN_SHARE=env_float("GPUFLEET_THROTTLE_WARN_SHARE", 0.25, minimum=0.0),
         GPUFLEET_DOCKER_TIMEOUT=env_float("GPUFLEET_DOCKER_TIMEOUT", 5.0, minimum=0.1),
         GPUFLEET_AGENT_FIXES=env_list("GPUFLEET_AGENT_FIXES", []),
         GPUFLEET_JOB_TIMEOUT=env_float("GPUFLEET_JOB_TIMEOUT", 60.0, minimum=1.0),

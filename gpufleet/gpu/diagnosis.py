@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from gpufleet.gpu import processes
 from gpufleet.gpu import xid as xids
@@ -17,6 +18,9 @@ from gpufleet.gpu.devices import Device, Info, SmiQuery, command_failure, detect
 from gpufleet.gpu.interfaces import COMMAND_TIMEOUT_S, DockerFacts, DockerInfo, Runner
 from gpufleet.gpu.ledger import Ledger
 from gpufleet.gpu.remedies import CDI_GENERATE_COMMAND, INSTALL_COMMAND, PERSISTENCE_COMMAND
+
+if TYPE_CHECKING:
+    from gpufleet.gpu.throttle import ThrottleHistory
 
 
 class Status(StrEnum):
@@ -54,6 +58,8 @@ class Attach(StrEnum):
 
 DEFAULT_VRAM_WARN_PERCENT = 90.0
 DEFAULT_TEMPERATURE_WARN_C = 85
+# The share of the last hour a GPU may be held down by power capping or heat (gpu/throttle.py).
+DEFAULT_THROTTLE_WARN_SHARE = 0.25
 KERNEL_LOG_HINT = (
     "Let the agent read the kernel log: run it as root or with CAP_SYSLOG,"
     " or allow it for everyone with sudo sysctl -w kernel.dmesg_restrict=0"
@@ -219,6 +225,8 @@ def diagnose_host(
     now: datetime | None = None,
     cgroup_of: Callable[[int], str | None] = lambda pid: None,
     idle_rule=None,
+    throttle: ThrottleHistory | None = None,
+    throttle_warn_share: float = DEFAULT_THROTTLE_WARN_SHARE,
 ) -> HostDiagnosis:
     """Inspect this host's GPU stack. `cdi_spec_files` are the NVIDIA spec files the host
     side found (see gpufleet.agent.adapters.list_cdi_spec_files). A VRAM warning level
@@ -226,7 +234,9 @@ def diagnose_host(
     nvidia-smi fields this driver rejects (keep one per process). `cgroup_of(pid)` is a
     process's cgroup text, None when unknown: how a GPU's processes are matched to containers.
     `idle_rule` (gpu.IdleRule, its defaults when None) says which GPUs are busy, where a
-    downtrained PCIe link matters; `query` also remembers the NVLink counters between calls."""
+    downtrained PCIe link matters; `query` also remembers the NVLink counters between calls.
+    `throttle` remembers each GPU's last hour of throttling (keep one per process): a GPU
+    held down for more than `throttle_warn_share` of it warns (gpu/throttle.py)."""
     now = now or datetime.now(UTC)
     docker_info = docker.info()
     info = detect(runner, docker_info, query)
@@ -258,15 +268,19 @@ def diagnose_host(
         findings += [_lost_finding(lost) for lost in info.lost_gpus]
         # Imported here: both modules build their findings with this one's Finding.
         from gpufleet.gpu import links
+        from gpufleet.gpu import throttle as throttles
         from gpufleet.gpu.usage import IdleRule
 
         busy = (idle_rule or IdleRule()).busy
         memory = query.links if query is not None else None
+        if throttle is not None:
+            throttle.remember(info.devices, now)
         for device in info.devices:
             findings.append(_gpu_finding(device, vram_warn_level(vram_warn_percent)))
             findings += _gpu_health_findings(device, temperature_warn_c)
+            held = throttles.throttle_finding(device, throttle.of(device.uuid), now, throttle_warn_share) if throttle else None
             findings += [f for f in (links.pcie_finding(device, busy),
-                                     links.nvlink_finding(device, info.devices, memory, now)) if f is not None]
+                                     links.nvlink_finding(device, info.devices, memory, now), held) if f is not None]
         if memory is not None:
             memory.remember(info.devices, now)
         findings += _unmatched_xid_findings(unmatched)
