@@ -93,8 +93,10 @@ class FakeHost:
         # each fake host is a new driver.
         from gpufleet.agent import host as agent_host
         from gpufleet.gpu import SmiQuery
+        from gpufleet.gpu.throttle import ThrottleHistory
 
         monkeypatch.setattr(agent_host, "SMI_QUERY", SmiQuery())
+        monkeypatch.setattr(agent_host, "THROTTLE", ThrottleHistory())
         monkeypatch.setenv("GPUFLEET_CDI_SPEC_DIRS", ":".join(self.spec_dirs))
 
         sock = root / "docker.sock"
