@@ -1,7 +1,7 @@
 """What the test provider says about a user: the claims a directory-backed provider such as
 Keycloak sends (names, email, the user's groups in `groups`), and, when a refusal test asks
-through the misbehaviour file, an ID token with a wrong issuer, audience, nonce or expiry,
-still signed with the provider's real key."""
+through the misbehaviour file, an ID token with a wrong issuer, audience, nonce, subject or
+expiry, still signed with the provider's real key."""
 
 import json
 import os
@@ -34,5 +34,5 @@ class DirectoryClaims(OAuth2Validator):
             if "expired" in wrong:
                 now = int(time.time())
                 claims.update(iat=now - 2 * wrong["expired"], exp=now - wrong["expired"])
-            claims.update({k: v for k, v in wrong.items() if k in ("iss", "aud", "nonce")})
+            claims.update({k: v for k, v in wrong.items() if k in ("iss", "aud", "azp", "nonce", "sub")})
         return claims, expiration_time

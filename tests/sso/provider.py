@@ -125,7 +125,7 @@ class OpenIDProvider:
 
     @contextmanager
     def misbehaving(self, **wrong):
-        """ID tokens issued meanwhile carry these claims (iss, aud, nonce) or are `expired`
+        """ID tokens issued meanwhile carry these claims (iss, aud, azp, nonce, sub) or are `expired`
         this many seconds ago, still signed with the provider's key."""
         path = Path(self.environment()["OIDC_PROVIDER_MISBEHAVE"])
         path.write_text(json.dumps(wrong))

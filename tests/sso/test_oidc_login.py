@@ -173,6 +173,8 @@ def test_a_person_out_of_every_mapped_group_gets_no_access_and_loses_sessions_an
     ({"iss": "http://127.0.0.1:9/o"}, "the ID token was issued by 'http://127.0.0.1:9/o'"),
     ({"aud": "another-client"}, "the ID token is for another client"),
     ({"nonce": "not-the-nonce-we-sent"}, "the ID token's nonce is not the one this login sent"),
+    ({"aud": [provider.CLIENT_ID, "another-client"]}, "the ID token was given to None, not 'gpufleet'"),
+    ({"sub": "someone-else"}, "the provider's user info is not about the user of the ID token"),
 ])
 def test_an_id_token_that_is_wrong_is_refused(site, client, wrong, reason):
     with site.misbehaving(**wrong):
@@ -231,6 +233,35 @@ def test_a_token_not_signed_as_the_provider_signs_is_refused(site, forge, reason
     with pytest.raises(oidc.LoginRefused) as refusal:
         oidc.OIDCBackend().verify_token(forge(site, _provider_kid(site)), nonce="the-nonce")
     assert str(refusal.value).startswith(reason)
+
+
+def test_a_token_for_several_clients_given_to_this_one_is_accepted(site, client):
+    with site.misbehaving(aud=[provider.CLIENT_ID, "another-client"], azp=provider.CLIENT_ID):
+        log_in(client, site, "olivia")
+    assert logged_in_as(client) == "olivia"
+
+
+def test_an_error_the_provider_sends_back_is_refused(site, client):
+    state = parse_qs(urlsplit(start(client)).query)["state"][0]
+
+    answer = client.get("/oidc/callback/", {"error": "access_denied", "error_description": "the user said no",
+                                            "state": state})
+
+    assert answer.status_code == 403
+    assert b"the provider refused the login: the user said no" in answer.content
+    assert refusals()[0]["reason"] == "the provider refused the login: the user said no"
+
+
+def test_a_user_name_claim_the_provider_does_not_send_is_refused(site, settings, client):
+    settings.GPUFLEET_OIDC_USERNAME_CLAIM = "nickname"
+    answer = log_in(client, site, "olivia")
+    assert answer.status_code == 403
+    assert b"the provider sent no nickname claim to name the user by" in answer.content
+    assert logged_in_as(client) is None and not get_user_model().objects.exists()
+
+
+def test_it_goes_back_only_to_a_page_of_this_site(site, client):
+    assert log_in(client, site, "olivia", next_url="https://evil.example/")["Location"] == "/"
 
 
 def test_a_tampered_state_is_refused(site, client):
