@@ -80,11 +80,13 @@ def _fetch_discovery(issuer: str) -> dict[str, str]:
     url = issuer.rstrip("/") + "/.well-known/openid-configuration"
     try:
         answer = requests.get(url, timeout=settings.GPUFLEET_OIDC_TIMEOUT, verify=_tls_verify())
-        answer.raise_for_status()
-        document = answer.json()
     except requests.RequestException as error:
         log.warning("OpenID provider discovery at %s failed: %s", url, error)
         raise ProviderUnavailable(f"{url} did not answer ({error.__class__.__name__})") from None
+    if answer.status_code != 200:
+        raise ProviderUnavailable(f"{url} answered HTTP {answer.status_code}")
+    try:
+        document = answer.json()
     except ValueError:
         raise ProviderUnavailable(f"{url} did not answer with a JSON document") from None
     if not isinstance(document, dict):

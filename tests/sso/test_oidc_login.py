@@ -91,6 +91,12 @@ def test_a_discovery_document_for_another_issuer_is_refused(site, settings, clie
     assert b"names the issuer" in answer.content
 
 
+def test_an_issuer_without_a_discovery_document_is_refused(site, settings):
+    settings.GPUFLEET_OIDC_ISSUER = site.url + "/nothing-here"
+    with pytest.raises(oidc.ProviderUnavailable, match="/nothing-here/.well-known/openid-configuration answered HTTP 404"):
+        oidc.discovery()
+
+
 def test_the_login_page_has_the_button_and_it_asks_for_a_code_with_pkce_state_and_nonce(site, client):
     page = client.get("/accounts/login/?next=/claims/")
     assert page.status_code == 200
