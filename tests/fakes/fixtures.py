@@ -268,7 +268,16 @@ class FakeHost:
         `json_output` it prints no JSON, as a dcgmi too old for -j."""
         self._mp.setenv("FAKE_DCGMI_RESULT", result)
         self._mp.setenv("FAKE_DCGMI_JSON", "1" if json_output else "0")
+        # Read at each call, so a test can change the outcome under a running agent.
+        result_file = self.out_dir / "dcgmi-result"
+        result_file.write_text(result)
+        self._mp.setenv("FAKE_DCGMI_RESULT_FILE", str(result_file))
         self._install("dcgmi", True)
+
+    def dcgmi_outcome(self, result: str) -> None:
+        """The installed dcgmi's next runs pass, fail... (see `dcgmi`), also under an agent
+        process started before."""
+        (self.out_dir / "dcgmi-result").write_text(result)
 
     def dcgmi_missing(self) -> None:
         """No dcgmi anywhere on PATH (DCGM is not installed)."""
