@@ -49,6 +49,8 @@ GROUP_ENTRIES = {
 }
 # The mapping the tests use: by DN and by CN, as GPUFLEET_SSO_ROLE_GROUPS allows.
 ROLE_GROUPS = f"admin=cn=gpu-admins,{GROUPS}; operator=gpu-operators; viewer=gpu-viewers"
+CONTACT = "the GPU team (#gpu-help)"
+LDAP_BACKEND = "gpufleet.sso.ldap.LDAPLoginBackend"
 
 SLAPD_CONF = """\
 include /etc/ldap/schema/core.schema
@@ -273,3 +275,29 @@ def directory():
         atexit.register(_stop_server)
     yield _SERVER[0]
     _SERVER[0].reset_groups()
+
+
+@pytest.fixture
+def ldap_site(directory, monkeypatch, settings):
+    """The site set up for the test's slapd, through GPUFLEET_LDAP_* as a deploy sets it
+    (ROLE_GROUPS mapped, CONTACT to ask); call it again with other variables to change them."""
+    from django.conf import settings as site
+
+    from gpufleet.sso import ldap_settings
+    from gpufleet.sso.groups import parse_role_groups
+
+    def configure(**variables: str | None):
+        for name in ldap_settings.VARIABLES:
+            monkeypatch.delenv(name, raising=False)
+        for name, value in directory.environment(**variables).items():
+            if value is not None:
+                monkeypatch.setenv(name, value)
+        for name, value in ldap_settings.read().items():
+            setattr(settings, name, value)
+        settings.AUTHENTICATION_BACKENDS = [*(b for b in site.AUTHENTICATION_BACKENDS if b != LDAP_BACKEND), LDAP_BACKEND]
+
+    settings.GPUFLEET_SSO_ROLE_GROUPS = parse_role_groups(ROLE_GROUPS)
+    settings.GPUFLEET_SSO_DEFAULT_ROLE = ""
+    settings.GPUFLEET_SSO_CONTACT = CONTACT
+    configure()
+    return configure

@@ -5,7 +5,6 @@ refusal is a refusal the person can read and the audit log keeps."""
 from __future__ import annotations
 
 import pytest
-from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
@@ -13,39 +12,13 @@ from django.urls import reverse
 from gpufleet.api.models import ApiToken
 from gpufleet.audit.models import AuditEntry
 from gpufleet.core.access import APPLY_FIX, EDIT_CLAIMS, VIEW, can
-from gpufleet.sso import ldap_settings
-from gpufleet.sso.groups import parse_role_groups
 from gpufleet.sso.models import Identity
 from tests.sso import ldap_server
-from tests.sso.ldap_server import PEOPLE_ENTRIES, ROLE_GROUPS, user_dn
+from tests.sso.ldap_server import CONTACT, PEOPLE_ENTRIES, user_dn
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
-directory = ldap_server.directory
-LDAP_BACKEND = "gpufleet.sso.ldap.LDAPLoginBackend"
-CONTACT = "the GPU team (#gpu-help)"
-
-
-@pytest.fixture
-def ldap_site(directory, monkeypatch, settings):
-    """The site set up for the test's slapd, through GPUFLEET_LDAP_* as a deploy sets it;
-    call it again with other variables to change them."""
-
-    def configure(**variables: str | None):
-        for name in ldap_settings.VARIABLES:
-            monkeypatch.delenv(name, raising=False)
-        for name, value in directory.environment(**variables).items():
-            if value is not None:
-                monkeypatch.setenv(name, value)
-        for name, value in ldap_settings.read().items():
-            setattr(settings, name, value)
-        settings.AUTHENTICATION_BACKENDS = [*django_settings.AUTHENTICATION_BACKENDS, LDAP_BACKEND]
-
-    settings.GPUFLEET_SSO_ROLE_GROUPS = parse_role_groups(ROLE_GROUPS)
-    settings.GPUFLEET_SSO_DEFAULT_ROLE = ""
-    settings.GPUFLEET_SSO_CONTACT = CONTACT
-    configure()
-    return configure
+directory, ldap_site = ldap_server.directory, ldap_server.ldap_site
 
 
 def log_in(uid: str, password: str | None = None, client: Client | None = None):
