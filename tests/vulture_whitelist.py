@@ -80,6 +80,7 @@ FleetAdminSite  # gpufleet/core/admin_site.py
 throttled_username  # gpufleet/core/login.py
 LoginRequiredHtmxMiddleware  # gpufleet/core/middleware.py
 RefuseNulMiddleware  # gpufleet/core/middleware.py
+LocalBackend  # gpufleet/sso/backends.py: AUTHENTICATION_BACKENDS
 handler400  # gpufleet/urls.py
 disabled  # gpufleet/alerts/channels.py: read by logging on each record
 
@@ -94,6 +95,7 @@ readonly_fields  # gpufleet/api/admin.py
 search_fields  # gpufleet/api/admin.py
 _._get_key  # gpufleet/api/auth.py
 _.authenticate  # gpufleet/api/auth.py
+_.get_or_build_user  # gpufleet/sso/ldap.py: django-auth-ldap's hook for the user of a directory entry
 _.clean_name  # gpufleet/api/forms.py
 _.clean_url  # gpufleet/alerts/forms.py
 help_texts  # gpufleet/api/forms.py

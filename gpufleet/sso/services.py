@@ -91,7 +91,7 @@ def _user_for(username: str):
     field = model._meta.get_field(model.USERNAME_FIELD)
     if not username or len(username) > field.max_length:
         raise Refused(f"the directory gave a user name of {len(username)} characters; this site holds 1 to {field.max_length}")
-    user = model._default_manager.filter(**{f"{model.USERNAME_FIELD}__iexact": username}).first()
+    user = model.objects.filter(**{f"{model.USERNAME_FIELD}__iexact": username}).first()
     if user is None:
         user = model(**{model.USERNAME_FIELD: username})
         user.set_unusable_password()
