@@ -16,11 +16,12 @@ from django_auth_ldap.backend import LDAPBackend, ldap_error
 
 from gpufleet.audit.models import Action, AuditEntry, record
 from gpufleet.sso.backends import ActiveOnly
+from gpufleet.sso.models import Identity
 from gpufleet.sso.services import sign_in
 
 logger = logging.getLogger(__name__)
 
-SOURCE = "ldap"
+SOURCE = Identity.Source.LDAP
 WRONG_PASSWORD = "the directory refused the password"
 # Said on the login page when the directory could not be asked; the details go to the log and audit.
 UNREACHABLE = ("The directory could not check your password: it could not be reached, or its certificate "

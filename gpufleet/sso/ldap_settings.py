@@ -11,14 +11,6 @@ from pathlib import Path
 
 from gpufleet.env import SettingError, env_bool, env_float
 
-VARIABLES = (
-    "GPUFLEET_LDAP_URI", "GPUFLEET_LDAP_BIND_DN", "GPUFLEET_LDAP_BIND_PASSWORD", "GPUFLEET_LDAP_BIND_PASSWORD_FILE",
-    "GPUFLEET_LDAP_USER_SEARCH_BASE", "GPUFLEET_LDAP_USER_FILTER", "GPUFLEET_LDAP_GROUP_SEARCH_BASE",
-    "GPUFLEET_LDAP_GROUP_TYPE", "GPUFLEET_LDAP_GROUP_FILTER", "GPUFLEET_LDAP_START_TLS", "GPUFLEET_LDAP_CA_FILE",
-    "GPUFLEET_LDAP_ATTR_EMAIL", "GPUFLEET_LDAP_ATTR_FIRST_NAME", "GPUFLEET_LDAP_ATTR_LAST_NAME",
-    "GPUFLEET_LDAP_TIMEOUT",
-)
-
 # GPUFLEET_LDAP_GROUP_TYPE: django-auth-ldap's class for it, and the group search's filter
 # unless GPUFLEET_LDAP_GROUP_FILTER says otherwise.
 GROUP_TYPES = {
@@ -60,20 +52,20 @@ def read() -> dict[str, object]:
                            "GPUFLEET_LDAP_START_TLS=true or an ldaps:// URI")
 
     bind_dn, bind_password = _bind()
-    user_base = _dn("GPUFLEET_LDAP_USER_SEARCH_BASE", required="the directory is searched there for the login name")
-    user_filter = _filter("GPUFLEET_LDAP_USER_FILTER", "(uid=%(user)s)", user=True)
-    group_base = _dn("GPUFLEET_LDAP_GROUP_SEARCH_BASE", required="roles come from the groups found there")
+    user_base = env_dn("GPUFLEET_LDAP_USER_SEARCH_BASE", required="the directory is searched there for the login name")
+    user_filter = env_filter("GPUFLEET_LDAP_USER_FILTER", "(uid=%(user)s)", user=True)
+    group_base = env_dn("GPUFLEET_LDAP_GROUP_SEARCH_BASE", required="roles come from the groups found there")
     type_name = os.environ.get("GPUFLEET_LDAP_GROUP_TYPE", "").strip() or "groupOfNames"
     known = {name.lower(): name for name in GROUP_TYPES}
     if type_name.lower() not in known:
         raise SettingError(f"GPUFLEET_LDAP_GROUP_TYPE: {type_name!r} is not one of {', '.join(GROUP_TYPES)}")
     group_class, group_filter = GROUP_TYPES[known[type_name.lower()]]
-    group_filter = _filter("GPUFLEET_LDAP_GROUP_FILTER", group_filter)
+    group_filter = env_filter("GPUFLEET_LDAP_GROUP_FILTER", group_filter)
 
     attrs = {field: value for field, value in (
-        ("email", _attribute("GPUFLEET_LDAP_ATTR_EMAIL", "mail")),
-        ("first_name", _attribute("GPUFLEET_LDAP_ATTR_FIRST_NAME", "givenName")),
-        ("last_name", _attribute("GPUFLEET_LDAP_ATTR_LAST_NAME", "sn")),
+        ("email", env_attribute("GPUFLEET_LDAP_ATTR_EMAIL", "mail")),
+        ("first_name", env_attribute("GPUFLEET_LDAP_ATTR_FIRST_NAME", "givenName")),
+        ("last_name", env_attribute("GPUFLEET_LDAP_ATTR_LAST_NAME", "sn")),
     ) if value}
     attrlist = list(attrs.values())
     if group_class == "PosixGroupType":
@@ -134,7 +126,8 @@ def _bind() -> tuple[str, str]:
     return dn, password
 
 
-def _dn(name: str, required: str) -> str:
+def env_dn(name: str, required: str) -> str:
+    """A DN that must be set; `required` says why, in the message when it is not."""
     value = os.environ.get(name, "").strip()
     if not value:
         raise SettingError(f"{name} must be set with GPUFLEET_LDAP_URI: {required}")
@@ -149,7 +142,8 @@ def _check_dn(name: str, value: str) -> None:
         raise SettingError(f"{name}: {value!r} is not a DN (for example ou=people,dc=example,dc=org)")
 
 
-def _filter(name: str, default: str, user: bool = False) -> str:
+def env_filter(name: str, default: str, user: bool = False) -> str:
+    """An LDAP search filter in balanced parentheses; with `user`, one that holds %(user)s."""
     value = os.environ.get(name, "").strip() or default
     depth = 0
     for char in value:
@@ -168,7 +162,8 @@ def _filter(name: str, default: str, user: bool = False) -> str:
     return value
 
 
-def _attribute(name: str, default: str) -> str:
+def env_attribute(name: str, default: str) -> str:
+    """An attribute name; empty (set so) maps nothing."""
     value = os.environ.get(name, default).strip()
     if value and not _ATTRIBUTE.fullmatch(value):
         raise SettingError(f"{name}: {value!r} is not an attribute name (for example mail); empty maps nothing")

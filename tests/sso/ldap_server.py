@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import os
 import shutil
 import socket
 import subprocess
@@ -287,8 +288,8 @@ def ldap_site(directory, monkeypatch, settings):
     from gpufleet.sso.groups import parse_role_groups
 
     def configure(**variables: str | None):
-        for name in ldap_settings.VARIABLES:
-            monkeypatch.delenv(name, raising=False)
+        for name in [name for name in os.environ if name.startswith("GPUFLEET_LDAP_")]:
+            monkeypatch.delenv(name)
         for name, value in directory.environment(**variables).items():
             if value is not None:
                 monkeypatch.setenv(name, value)

@@ -34,8 +34,8 @@ GOOD = {
 
 @pytest.fixture
 def environ(monkeypatch):
-    for name in ldap_settings.VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+    for name in [name for name in os.environ if name.startswith("GPUFLEET_LDAP_")]:
+        monkeypatch.delenv(name)
     monkeypatch.delenv("GPUFLEET_PRODUCTION", raising=False)
 
     def set_(**values):
