@@ -34,6 +34,8 @@ NOT_RUN = {
     "tests/sso/test_sign_in.py logs the break-glass superuser in as made by create_superuser, what it calls",
     "git pull && .venv/bin/pip install -r requirements.txt": "upgrades a deployed site in place, as root; "
     "tests/core/test_deploy_units.py checks the units it restarts",
+    "install -m 640 -g gpufleet /dev/null /etc/gpufleet/ldap-bind-password": "writes under /etc as root for "
+    "the gpufleet group; tests/sso/test_ldap_settings.py reads a bind password from a file",
 }
 
 _DEMO = "tests/integration/test_up.py::test_the_readme_demo_runs_as_shown_and_up_prints_each_line_once"
@@ -42,6 +44,10 @@ RUN_BY = {
     "PATH=$PWD/tests/fakes/bin:$PATH .venv/bin/python manage.py up --agent demo-1 --agent demo-2": _DEMO,
     "sh gpufleet/demo-agent demo-a40 smi-8x-a40-with-units.csv": _DEMO,
     "sh gpufleet/demo-agent demo-h100 health/smi-8x-h100-failing.csv": _DEMO,
+    "LDAPTLS_CACERT=/etc/gpufleet/ldap-ca.pem ldapsearch -ZZ -H ldap://ldap.example.org -D "
+    '"cn=gpufleet,ou=services,dc=example,dc=org" -y /etc/gpufleet/ldap-bind-password -b "ou=groups,dc=example,dc=org" '
+    '"(member=uid=alice,ou=people,dc=example,dc=org)" dn':
+    "tests/sso/test_ldap_login.py::test_the_documented_group_search_finds_the_persons_groups",
 }
 
 

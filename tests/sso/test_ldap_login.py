@@ -4,6 +4,9 @@ refusal is a refusal the person can read and the audit log keeps."""
 
 from __future__ import annotations
 
+import shlex
+import subprocess
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -14,7 +17,8 @@ from gpufleet.audit.models import AuditEntry
 from gpufleet.core.access import APPLY_FIX, EDIT_CLAIMS, VIEW, can
 from gpufleet.sso.models import Identity
 from tests.sso import ldap_server
-from tests.sso.ldap_server import CONTACT, PEOPLE_ENTRIES, user_dn
+from tests.sso.ldap_server import CONTACT, PEOPLE_ENTRIES, SERVICE_PASSWORD, user_dn
+from tests.test_readme import readme_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -199,3 +203,18 @@ def test_a_directory_whose_certificate_is_not_trusted_is_a_clear_refusal(ldap_si
     assert action == "sso.refused"
     assert after["source"] == "ldap" and after["reason"].startswith("the directory could not be reached")
     assert "GPUFLEET_LDAP_CA_FILE" in after["reason"]
+
+
+def test_the_documented_group_search_finds_the_persons_groups(directory, tmp_path):
+    # docs/sso.md's check by hand, run against this slapd: its DNs are the docs' example's.
+    password = tmp_path / "ldap-bind-password"
+    password.write_text(SERVICE_PASSWORD)
+    command = (readme_command("LDAPTLS_CACERT=")
+               .replace("/etc/gpufleet/ldap-ca.pem", str(directory.ca_file))
+               .replace("ldap://ldap.example.org", directory.uri)
+               .replace("/etc/gpufleet/ldap-bind-password", str(password)))
+    environment, *argv = shlex.split(command)
+    name, _, value = environment.partition("=")
+    done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin", name: value}, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert "dn: cn=gpu-operators,ou=groups,dc=example,dc=org" in done.stdout
