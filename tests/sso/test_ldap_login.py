@@ -174,6 +174,40 @@ def test_a_local_account_of_the_same_name_is_not_taken_over(ldap_site, django_us
     assert logged_in(client) and int(client.session["_auth_user_id"]) == local.pk
 
 
+def test_the_login_name_is_the_same_user_in_any_case(ldap_site):
+    log_in("alice")
+    client, _ = log_in("ALICE", PEOPLE_ENTRIES["alice"][2])
+    assert logged_in(client)
+    assert list(User.objects.values_list("username", flat=True)) == ["alice"]
+
+
+@pytest.mark.parametrize("name", ["*", "al*", "alice)(uid=*", "*)(|(uid=*"])
+def test_a_login_name_is_never_read_as_a_filter(ldap_site, name):
+    client, response = log_in(name, PEOPLE_ENTRIES["alice"][2])
+    assert response.status_code == 200 and not logged_in(client)
+    assert not User.objects.exists()
+
+
+def test_an_empty_password_never_binds(ldap_site, rf):
+    # An LDAP bind with a DN and no password is an anonymous bind that "succeeds".
+    from django.contrib.auth import authenticate
+
+    request = rf.post(reverse("login"))
+    assert authenticate(request, username="alice", password="") is None
+    assert not User.objects.exists()
+
+
+def test_a_user_an_admin_deactivated_stays_so(ldap_site):
+    log_in("alice")
+    User.objects.filter(username="alice").update(is_active=False)
+
+    client, response = log_in("alice")
+
+    assert not logged_in(client) and response["Location"] == reverse("sso:no-access")
+    assert not User.objects.get(username="alice").is_active
+    assert "deactivated by an admin" in audited("alice")[-1][1]["reason"]
+
+
 def test_starttls_with_the_ca_file_logs_in(ldap_site, directory):
     ldap_site(GPUFLEET_LDAP_START_TLS="true", GPUFLEET_LDAP_CA_FILE=str(directory.ca_file))
     client, _ = log_in("alice")
