@@ -80,7 +80,8 @@ def directory_failed(sender, context, user, request, exception, **kwargs) -> Non
     request.gpufleet_ldap_failed = True
     username = request.POST.get("username", "") if request.method == "POST" else ""
     record(None, Action.SSO_REFUSED, target=_target(username), after={"source": SOURCE, "reason": reason})
-    messages.error(request, UNREACHABLE.format(contact=settings.GPUFLEET_SSO_CONTACT))
+    # fail_silently: a request without the messages middleware (a script's) still just fails.
+    messages.error(request, UNREACHABLE.format(contact=settings.GPUFLEET_SSO_CONTACT), fail_silently=True)
 
 
 def describe(exception: Exception) -> str:
