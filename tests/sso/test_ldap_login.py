@@ -5,6 +5,7 @@ refusal is a refusal the person can read and the audit log keeps."""
 from __future__ import annotations
 
 import shlex
+import socket
 import subprocess
 
 import pytest
@@ -252,3 +253,17 @@ def test_the_documented_group_search_finds_the_persons_groups(directory, tmp_pat
     done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin", name: value}, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert "dn: cn=gpu-operators,ou=groups,dc=example,dc=org" in done.stdout
+
+
+def test_with_the_directory_down_its_people_are_told_and_local_accounts_still_log_in(ldap_site, viewer):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    ldap_site(GPUFLEET_LDAP_URI=f"ldap://127.0.0.1:{closed}", GPUFLEET_LDAP_TIMEOUT="1")
+
+    client, response = log_in("alice")
+    assert not logged_in(client) and "The directory could not check your password" in response.content.decode()
+    assert "Can't contact LDAP server" in audited("alice")[-1][1]["reason"]
+
+    client, _ = log_in("vera", "pw-vera")
+    assert logged_in(client)
