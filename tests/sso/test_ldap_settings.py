@@ -209,3 +209,28 @@ def test_the_site_does_not_start_with_a_bad_value():
     done = _start_site(**{**GOOD, "GPUFLEET_LDAP_GROUP_TYPE": "ad"})
     assert done.returncode != 0
     assert "SettingError: GPUFLEET_LDAP_GROUP_TYPE: 'ad' is not one of" in done.stderr
+
+
+def test_the_documented_configurations_are_read_as_they_are_shown(environ, monkeypatch, tmp_path):
+    # The README's and docs/sso.md's LDAP blocks, as sh reads central.env, with their files made here.
+    import shlex
+
+    from tests.test_readme import readme_blocks
+
+    blocks = [block for block in readme_blocks() if any(line.startswith("GPUFLEET_LDAP_URI=") for line in block)]
+    assert len(blocks) >= 3  # OpenLDAP and Active Directory in docs/sso.md, Active Directory in the README
+    for block in blocks:
+        for name in [name for name in os.environ if name.startswith("GPUFLEET_LDAP_")]:
+            monkeypatch.delenv(name)
+        for line in block:
+            for word in shlex.split(line, comments=True):
+                name, _, value = word.partition("=")
+                if name.endswith("_FILE"):
+                    (tmp_path / name).write_text("from-the-file\n")
+                    value = str(tmp_path / name)
+                monkeypatch.setenv(name, value)
+        got = ldap_settings.read()
+        assert got["AUTH_LDAP_SERVER_URI"] == os.environ["GPUFLEET_LDAP_URI"]
+        if "activeDirectory" in "\n".join(block):
+            assert type(got["AUTH_LDAP_GROUP_TYPE"]) is NestedActiveDirectoryGroupType
+            assert "sAMAccountName=%(user)s" in got["AUTH_LDAP_USER_SEARCH"].filterstr
