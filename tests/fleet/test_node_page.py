@@ -120,8 +120,9 @@ def _with_history(name: str, gpus: int) -> None:
 # own (devices, claims, recent claim changes, no list of users: owned by the claims editor, so this
 # number moves when that panel does); devices, the history of all its GPUs (the
 # default 24 h: five-minute rollups, then the raw samples after them), recent jobs,
-# the timeline's last events. Nothing per GPU.
-NODE_PAGE_QUERIES = 13
+# the timeline's last events, the last DCGM diagnostic (its validation is joined to the node).
+# Nothing per GPU.
+NODE_PAGE_QUERIES = 14
 
 
 @pytest.mark.django_db

@@ -50,7 +50,7 @@ def test_an_online_node_never_shows_as_lacking_a_key(viewer_client):
 
 # Every finding code the centre writes (the issue's probe named these).
 CENTRE_CODES = ["rejected-snapshot", "claims-overlap", "lost-capacity", "use-unclaimed", "attached-unclaimed",
-                "use-misplaced", "claim-idle"]
+                "use-misplaced", "claim-idle", "dcgm-diag"]
 
 
 @pytest.mark.parametrize("code", CENTRE_CODES)
@@ -81,10 +81,11 @@ def test_the_agent_may_still_say_it_clipped_its_snapshot():
 
 def test_the_list_of_centre_only_codes_is_every_code_the_centre_writes():
     written = set()
-    for path in ("gpufleet/ingest/services.py", "gpufleet/gpu/usage.py"):
+    for path in ("gpufleet/ingest/services.py", "gpufleet/gpu/usage.py", "gpufleet/gpu/dcgm.py"):
         text = (REPO / path).read_text(encoding="utf-8")
         written |= set(re.findall(r'Finding\(\s*"([a-z][a-z0-9-]*)"', text))
         written |= set(re.findall(r'code="([a-z][a-z0-9-]*)"', text))
+        written |= set(re.findall(r'FINDING_CODE = "([a-z][a-z0-9-]*)"', text))  # the DCGM diagnostic's
     assert written == set(CENTRE_CODES) == set(wire.CENTRE_ONLY_CODES)
 
 
