@@ -81,6 +81,7 @@ throttled_username  # gpufleet/core/login.py
 LoginRequiredHtmxMiddleware  # gpufleet/core/middleware.py
 RefuseNulMiddleware  # gpufleet/core/middleware.py
 LocalBackend  # gpufleet/sso/backends.py: AUTHENTICATION_BACKENDS
+OIDCBackend  # gpufleet/sso/oidc.py: AUTHENTICATION_BACKENDS
 handler400  # gpufleet/urls.py
 disabled  # gpufleet/alerts/channels.py: read by logging on each record
 

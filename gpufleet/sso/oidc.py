@@ -33,6 +33,7 @@ from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthen
 
 from gpufleet.audit.models import Action, record
 from gpufleet.sso.backends import ActiveOnly
+from gpufleet.sso.models import Identity
 from gpufleet.sso.services import REFUSAL_KEY, sign_in
 
 log = logging.getLogger(__name__)
@@ -210,7 +211,7 @@ class OIDCBackend(ActiveOnly, OIDCAuthenticationBackend):
         if not isinstance(username, str) or not username.strip():
             raise LoginRefused(f"the provider sent no {settings.GPUFLEET_OIDC_USERNAME_CLAIM} claim to name the user by")
         return sign_in(
-            self.request, source="oidc", subject=f"{payload['iss']} {payload['sub']}", username=username.strip(),
+            self.request, source=Identity.Source.OIDC, subject=f"{payload['iss']} {payload['sub']}", username=username.strip(),
             email=_text(claims.get("email")), first_name=_text(claims.get("given_name")),
             last_name=_text(claims.get("family_name")), groups=_groups(claims, settings.GPUFLEET_OIDC_GROUPS_CLAIM),
         )
