@@ -82,6 +82,10 @@ LoginRequiredHtmxMiddleware  # gpufleet/core/middleware.py
 RefuseNulMiddleware  # gpufleet/core/middleware.py
 LocalBackend  # gpufleet/sso/backends.py: AUTHENTICATION_BACKENDS
 OIDCBackend  # gpufleet/sso/oidc.py: AUTHENTICATION_BACKENDS
+ProxyBackend  # gpufleet/sso/proxy.py: AUTHENTICATION_BACKENDS
+TrustedProxyMiddleware  # gpufleet/sso/proxy.py: MIDDLEWARE
+unthrottled  # gpufleet/sso/oidc.py: AXES_WHITELIST_CALLABLE
+provider_logout_url  # gpufleet/sso/oidc.py: mozilla-django-oidc's OIDC_OP_LOGOUT_URL_METHOD
 handler400  # gpufleet/urls.py
 disabled  # gpufleet/alerts/channels.py: read by logging on each record
 
@@ -95,6 +99,12 @@ list_select_related  # gpufleet/api/admin.py
 readonly_fields  # gpufleet/api/admin.py
 search_fields  # gpufleet/api/admin.py
 _._get_key  # gpufleet/api/auth.py
+# mozilla-django-oidc's hooks, overridden in gpufleet/sso/oidc.py; a TemplateView's template.
+_.get_settings
+_.get_payload_data
+_.get_or_create_user
+_.login_failure
+_.template_name  # gpufleet/sso/views.py
 _.authenticate  # gpufleet/api/auth.py
 _.get_or_build_user  # gpufleet/sso/ldap.py: django-auth-ldap's hook for the user of a directory entry
 _.clean_name  # gpufleet/api/forms.py

@@ -11,12 +11,6 @@ from urllib.parse import urlsplit
 
 from gpufleet.env import SettingError, env_bool, env_float
 
-VARIABLES = (
-    "GPUFLEET_OIDC_ISSUER", "GPUFLEET_OIDC_CLIENT_ID", "GPUFLEET_OIDC_CLIENT_SECRET",
-    "GPUFLEET_OIDC_CLIENT_SECRET_FILE", "GPUFLEET_OIDC_SCOPES", "GPUFLEET_OIDC_PROVIDER_NAME",
-    "GPUFLEET_OIDC_USERNAME_CLAIM", "GPUFLEET_OIDC_GROUPS_CLAIM", "GPUFLEET_OIDC_SIGN_ALGO",
-    "GPUFLEET_OIDC_CA_FILE", "GPUFLEET_OIDC_TIMEOUT",
-)
 # mozilla-django-oidc verifies RS* and ES* signatures with the provider's published keys;
 # anything else it would check with the client secret, which the client knows too.
 SIGN_ALGORITHMS = ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512")

@@ -3,6 +3,8 @@ message naming the variable (gpufleet/sso/oidc_settings.py)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from gpufleet.env import SettingError
@@ -17,8 +19,8 @@ GOOD = {
 
 @pytest.fixture
 def environ(monkeypatch):
-    for name in oidc_settings.VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+    for name in [name for name in os.environ if name.startswith("GPUFLEET_OIDC_")]:
+        monkeypatch.delenv(name)
     monkeypatch.delenv("GPUFLEET_PRODUCTION", raising=False)
 
     def set_(**values):
