@@ -4,7 +4,6 @@ node, optional for agents older than DCGM detection (what the site knew stays); 
 
 from __future__ import annotations
 
-
 import pytest
 
 from gpufleet.fleet.models import Node
