@@ -83,6 +83,8 @@ _CSV_LISTS = {
                  " ELSE 0 END",
     "mig_devices": "(SELECT string_agg((m->>'profile') || ':' || (m->>'uuid'), ' ') FROM jsonb_array_elements("
                    "CASE jsonb_typeof(d.health->'mig_devices') WHEN 'array' THEN d.health->'mig_devices' END) m)",
+    "nvlink": "(SELECT string_agg((n->>'link') || ':' || (n->>'state'), ' ') FROM jsonb_array_elements("
+              "CASE jsonb_typeof(d.health->'nvlink') WHEN 'array' THEN d.health->'nvlink' END) n)",
 }
 
 
