@@ -69,9 +69,10 @@ CONTAINERS_PER_GPU_MAX, CONTAINERS_PER_NODE_MAX = 64, 256  # attached and idle
 XIDS_PER_GPU_MAX, XIDS_PER_NODE_MAX = 64, 256  # distinct Xid codes
 # NVLinks: 18 a GPU on H100 to B200; 8 such GPUs a node, with room for larger boards.
 NVLINKS_PER_GPU_MAX, NVLINKS_PER_NODE_MAX = 32, 16 * 18
-# The doctor writes at most five findings a GPU, one for each lost or unlisted GPU and a
-# few for the host: eight a GPU leaves room.
-FINDINGS_MAX = 8 * GPUS_PER_NODE_MAX
+# The doctor writes at most eight findings a GPU (memory, ECC, heat, power, Xid, PCIe link,
+# NVLink, time held), one for each lost or unlisted GPU and a few for the host: ten a GPU
+# leaves room.
+FINDINGS_MAX = 10 * GPUS_PER_NODE_MAX
 # A GPU's lists: the key, at most on one GPU, at most on the node, what they are.
 DEVICE_LISTS = (
     ("mig_devices", MIG_SLICES_PER_GPU_MAX, MIG_SLICES_PER_NODE_MAX, "MIG slices"),
