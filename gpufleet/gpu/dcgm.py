@@ -200,7 +200,7 @@ class DiagResult:
         if not shown:
             return f"all {len(self.tests)} tests passed"
         word = "failed" if self.failed else "warned"
-        parts = [t.name + (f" ({t.messages[0][:200]})" if t.messages else "") for t in shown[:4]]
+        parts = [t.name + (f" ({_line(t.messages[0])})" if t.messages else "") for t in shown[:4]]
         more = f" and {len(shown) - 4} more" if len(shown) > 4 else ""
         return f"{len(shown)} of {len(self.tests)} tests {word}: {'; '.join(parts)}{more}"
 

@@ -203,3 +203,11 @@ def test_a_failed_or_warned_run_is_a_finding_and_a_passed_run_none():
     assert dcgm.finding({"verdict": "warn", "level": 2, "summary": "s", "at": at}).status == "warn"
     assert dcgm.finding({"verdict": "pass", "level": 2, "summary": "s", "at": at}) is None
     assert dcgm.finding({}) is None and dcgm.finding(None) is None
+
+
+def test_the_summary_cuts_a_long_message_visibly_and_on_one_line():
+    message = "Persistence mode for GPU 0 is currently disabled.\n" + "word " * 60
+    failed = dcgm.DiagTest("Persistence Mode", "software", dcgm.Outcome.FAIL, messages=(message,))
+    summary = dcgm.DiagResult((failed,)).summary()
+    shown = summary.split("(", 1)[1]
+    assert "\n" not in summary and shown.endswith("…)") and len(shown) == 201
