@@ -45,14 +45,12 @@ from gpufleet.gpu.diagnosis import (
     DRIVER_HINT,
     TOOLKIT_ARGV,
     Attach,
-    Finding,
     HostDiagnosis,
-    Status,
     attach_mode,
     diagnose_host,
-    finding_dict,
     smi_failure_remedy,
 )
+from gpufleet.gpu.findings import Finding, Status, finding_dict
 from gpufleet.gpu.interfaces import (
     CDI_SPEC_SUFFIXES,
     COMMAND_TIMEOUT_S,

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpufleet.gpu.diagnosis import Finding, Status
+from gpufleet.gpu.findings import Finding, Status
 from gpufleet.gpu.interfaces import COMMAND_TIMEOUT_S, CommandResult, Runner
 
 DCGMI = "dcgmi"

@@ -10,41 +10,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
-from gpufleet.gpu import processes
+from gpufleet.gpu import links, processes
+from gpufleet.gpu import throttle as throttles
 from gpufleet.gpu import xid as xids
 from gpufleet.gpu.devices import Device, Info, SmiQuery, command_failure, detect
+from gpufleet.gpu.findings import Finding, Status
 from gpufleet.gpu.interfaces import COMMAND_TIMEOUT_S, DockerFacts, DockerInfo, Runner
 from gpufleet.gpu.ledger import Ledger
 from gpufleet.gpu.remedies import CDI_GENERATE_COMMAND, INSTALL_COMMAND, PERSISTENCE_COMMAND
-
-if TYPE_CHECKING:
-    from gpufleet.gpu.throttle import ThrottleHistory
-
-
-class Status(StrEnum):
-    """Finding statuses, matching the doctor report's vocabulary. Declared in
-    severity order: this order is the one ranking of ok < warn < fail."""
-
-    OK = "ok"
-    WARN = "warn"
-    FAIL = "fail"
-
-    @property
-    def rank(self) -> int:
-        """0 for ok, 1 for warn, 2 for fail: sort by it, worst last."""
-        return _STATUS_RANKS[self]
-
-    @classmethod
-    def worst(cls, statuses: Iterable[str]) -> Status:
-        """The most severe of `statuses` (ok when there are none)."""
-        return max((cls(s) for s in statuses), key=_STATUS_RANKS.__getitem__, default=cls.OK)
-
-
-# Each status's rank, by the order they are declared in: asked for every finding of
-# every snapshot the site stores.
-_STATUS_RANKS = {status: rank for rank, status in enumerate(Status)}
+from gpufleet.gpu.throttle import DEFAULT_THROTTLE_WARN_SHARE, ThrottleHistory
+from gpufleet.gpu.usage import IdleRule
 
 
 class Attach(StrEnum):
@@ -59,7 +35,6 @@ class Attach(StrEnum):
 DEFAULT_VRAM_WARN_PERCENT = 90.0
 DEFAULT_TEMPERATURE_WARN_C = 85
 # The share of the last hour a GPU may be held down by power capping or heat (gpu/throttle.py).
-DEFAULT_THROTTLE_WARN_SHARE = 0.25
 KERNEL_LOG_HINT = (
     "Let the agent read the kernel log: run it as root or with CAP_SYSLOG,"
     " or allow it for everyone with sudo sysctl -w kernel.dmesg_restrict=0"
@@ -123,47 +98,6 @@ def docker_unreachable_remedy(url: str = "") -> str:
         f" Is DOCKER_HOST right ({where})?"
         " May the agent's user open the socket (add it to group docker: sudo usermod -aG docker USER)?"
     )
-
-
-# The fixes that are one shell command, to copy and run as they stand; every other fix
-# is advice in words (which may quote a command among other steps).
-COMMAND_FIXES = frozenset({INSTALL_COMMAND, CDI_GENERATE_COMMAND, PERSISTENCE_COMMAND})
-
-
-def fix_is_command(fix: str) -> bool:
-    """Whether a finding's fix (as stored or reported) is a command rather than advice."""
-    return fix.strip() in COMMAND_FIXES
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One diagnosed aspect of a host's GPU setup. `fix` is a command or remedy, or empty."""
-
-    code: str
-    name: str
-    status: Status
-    message: str
-    fix: str = ""
-
-    def __post_init__(self) -> None:
-        # Accept the plain strings too, and refuse anything outside the vocabulary.
-        object.__setattr__(self, "status", Status(self.status))
-
-    @property
-    def fix_is_command(self) -> bool:
-        return fix_is_command(self.fix)
-
-    def to_dict(self) -> dict:
-        return finding_dict(self.code, self.name, self.status, self.message, self.fix)
-
-
-def finding_dict(code: str, name: str, status: str, message: str, fix: str) -> dict:
-    """A finding as the doctor's JSON writes it (`fix` only when there is one), from its
-    plain values, as the fleet exports read them."""
-    data = {"code": code, "name": name, "status": str(Status(status)), "message": message}
-    if fix:
-        data["fix"] = fix
-    return data
 
 
 @dataclass(frozen=True)
@@ -266,11 +200,6 @@ def diagnose_host(
         )
         findings = [_driver_finding(info)]
         findings += [_lost_finding(lost) for lost in info.lost_gpus]
-        # Imported here: both modules build their findings with this one's Finding.
-        from gpufleet.gpu import links
-        from gpufleet.gpu import throttle as throttles
-        from gpufleet.gpu.usage import IdleRule
-
         busy = (idle_rule or IdleRule()).busy
         memory = query.links if query is not None else None
         if throttle is not None:

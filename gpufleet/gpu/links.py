@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from gpufleet.gpu.devices import NVLINK_COUNTERS, Device, LinkMemory
-from gpufleet.gpu.diagnosis import Finding, Status
+from gpufleet.gpu.findings import Finding, Status
 
 PCIE_REMEDY = (
     "Reseat the GPU; check its riser, slot and their cables (a damaged riser often trains at a lower width);"

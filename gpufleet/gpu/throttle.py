@@ -18,8 +18,12 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 
 from gpufleet.gpu.devices import Device
-from gpufleet.gpu.diagnosis import DEFAULT_THROTTLE_WARN_SHARE, Finding, Status
+from gpufleet.gpu.findings import Finding, Status
 from gpufleet.gpu.links import label
+
+# The share of the last hour a GPU may be held by power capping or heat before it warns
+# (GPUFLEET_THROTTLE_WARN_SHARE on the agent).
+DEFAULT_THROTTLE_WARN_SHARE = 0.25
 
 HOUR = timedelta(hours=1)
 # The reasons counted, by kind. The generic hw_slowdown is not: it stands for heat, a

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpufleet.gpu.devices import Device
-from gpufleet.gpu.diagnosis import Finding, Status
+from gpufleet.gpu.findings import Finding, Status
 from gpufleet.gpu.ledger import Ledger
 from gpufleet.gpu.processes import CLAIM_LABEL, GpuProcess
 

@@ -1,6 +1,6 @@
 """A finding's fix on the node page: a command is shown as code with a Copy button;
 advice in words is shown as text, without either. Which is which is the domain's call
-(gpu.diagnosis.fix_is_command)."""
+(gpu.findings.fix_is_command)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from gpufleet import gpu
 from gpufleet.fleet.models import Finding
-from gpufleet.gpu import diagnosis
+from gpufleet.gpu import diagnosis, findings
 from tests.factories import ingest
 
 
@@ -49,9 +49,9 @@ class _Fixes(HTMLParser):
 
 def test_commands_are_told_from_advice():
     for command in (gpu.INSTALL_COMMAND, gpu.CDI_GENERATE_COMMAND, gpu.PERSISTENCE_COMMAND):
-        assert diagnosis.fix_is_command(command)
+        assert findings.fix_is_command(command)
     for advice in (gpu.CDI_ENABLE_HINT, gpu.DRIVER_HINT, diagnosis.KERNEL_LOG_HINT, "", "Reboot the node."):
-        assert not diagnosis.fix_is_command(advice)
+        assert not findings.fix_is_command(advice)
     assert gpu.Finding("toolkit", "t", "warn", "m", gpu.INSTALL_COMMAND).fix_is_command
     assert not gpu.Finding("cdi", "c", "warn", "m", gpu.CDI_ENABLE_HINT).fix_is_command
 

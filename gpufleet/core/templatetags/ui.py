@@ -11,7 +11,8 @@ from django import template
 from django.conf import settings
 from django.utils.html import format_html
 
-from gpufleet.gpu.diagnosis import fix_is_command, vram_warn_level
+from gpufleet.gpu.diagnosis import vram_warn_level
+from gpufleet.gpu.findings import fix_is_command
 
 register = template.Library()
 
