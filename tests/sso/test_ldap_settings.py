@@ -20,6 +20,7 @@ from django_auth_ldap.config import (
 
 from gpufleet.env import SettingError
 from gpufleet.sso import ldap_settings
+from tests.sso import environment
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = {
@@ -34,18 +35,7 @@ GOOD = {
 
 @pytest.fixture
 def environ(monkeypatch):
-    for name in [name for name in os.environ if name.startswith("GPUFLEET_LDAP_")]:
-        monkeypatch.delenv(name)
-    monkeypatch.delenv("GPUFLEET_PRODUCTION", raising=False)
-
-    def set_(**values):
-        for name, value in {**GOOD, **values}.items():
-            if value is None:
-                monkeypatch.delenv(name, raising=False)
-            else:
-                monkeypatch.setenv(name, value)
-
-    return set_
+    return environment.only(monkeypatch, "GPUFLEET_LDAP_", GOOD)
 
 
 def refused(message: str) -> None:

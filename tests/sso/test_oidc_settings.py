@@ -3,12 +3,11 @@ message naming the variable (gpufleet/sso/oidc_settings.py)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from gpufleet.env import SettingError
 from gpufleet.sso import oidc_settings
+from tests.sso import environment
 
 GOOD = {
     "GPUFLEET_OIDC_ISSUER": "https://sso.example.org/realms/gpu",
@@ -19,18 +18,7 @@ GOOD = {
 
 @pytest.fixture
 def environ(monkeypatch):
-    for name in [name for name in os.environ if name.startswith("GPUFLEET_OIDC_")]:
-        monkeypatch.delenv(name)
-    monkeypatch.delenv("GPUFLEET_PRODUCTION", raising=False)
-
-    def set_(**values):
-        for name, value in {**GOOD, **values}.items():
-            if value is None:
-                monkeypatch.delenv(name, raising=False)
-            else:
-                monkeypatch.setenv(name, value)
-
-    return set_
+    return environment.only(monkeypatch, "GPUFLEET_OIDC_", GOOD)
 
 
 def refused(message: str) -> None:
