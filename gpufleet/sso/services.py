@@ -57,6 +57,9 @@ def _sign_in(source, subject, username, role, groups, details, **profile):
     if identity is None:
         identity = Identity(source=source, subject=subject, user=_user_for(username))
     user = identity.user
+    if user.is_superuser:
+        # Superusers are the local break-glass accounts: the directory never acts as one.
+        raise Refused(f"{user.get_username()} is a superuser of this site, who logs in with a local password only")
     if user.pk is not None and not user.is_active and not identity.refused:
         raise Refused(f"the account {user.get_username()} was deactivated by an admin of this site")
     identity.groups, identity.seen_at = groups, timezone.now()

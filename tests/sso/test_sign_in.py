@@ -188,3 +188,13 @@ def test_local_passwords_off_leave_only_the_break_glass_superuser(alpha, django_
 def test_the_no_access_page_needs_no_login_and_try_again_only_posts():
     assert Client().get(reverse("sso:no-access")).status_code == 200
     assert Client().get(reverse("sso:try-again")).status_code == 405
+
+
+def test_a_superuser_never_logs_in_through_single_sign_on(alpha):
+    """Superusers are local break-glass accounts: one an admin made of a directory user
+    is refused by the directory's login, so the directory can never act as a superuser."""
+    through_proxy(Client(), "/", "alice", "gpu-admins")
+    User.objects.filter(username="alice").update(is_superuser=True)
+    response = through_proxy(Client(), "/", "alice", "gpu-admins", follow=True)
+    assert "is a superuser of this site, who logs in with a local password only" in response.content.decode()
+    assert "_auth_user_id" not in response.client.session
