@@ -129,6 +129,11 @@ def validation_of_loaded(node: Node) -> Validation | None:
         return None
 
 
+def current_validation(node: Node) -> Validation | None:
+    """The node's validation, if it is in one (with its author), else None."""
+    return Validation.objects.filter(node=node).select_related("author").first()
+
+
 def start_validation(node: Node, level: int, reason: str, user, now: datetime | None = None) -> Validation:
     """Put `node` in validation (or change the level and reason of the one it is in):
     no new claim until a DCGM diagnostic of `level` or higher passes after now."""

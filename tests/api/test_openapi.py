@@ -5,13 +5,16 @@ The schema documents every answer each operation gives, and the answers keep to 
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import django_filters
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from gpufleet.api.models import ApiToken
 from gpufleet.claims.filters import ClaimFilter
+from gpufleet.fleet import maintenance
 from gpufleet.fleet.filters import NodeFilter
 from tests.claims.helpers import claim, make_node, shrink_node
 from tests.factories import ingest
@@ -36,6 +39,7 @@ ENDPOINTS = {
     "/api/silences/": {"get", "post"},
     "/api/silences/{pk}/": {"get", "delete"},
     "/api/nodes/{name}/maintenance/": {"get", "put", "delete"},
+    "/api/nodes/{name}/maintenance/validation/": {"delete"},
     "/api/deliveries/": {"get"},
     "/api/usage/": {"get"},
 }
@@ -133,6 +137,7 @@ ANSWERS = {
     ("/api/nodes/{name}/maintenance/", "get"): {200, 401, 403, 404},
     ("/api/nodes/{name}/maintenance/", "put"): {200, 400, 401, 403, 404, 415, 422},
     ("/api/nodes/{name}/maintenance/", "delete"): {204, 401, 403, 404, 409},
+    ("/api/nodes/{name}/maintenance/validation/", "delete"): {204, 401, 403, 404, 409},
     ("/api/deliveries/", "get"): {200, 400, 401, 403, 404},
     # Usage (gpufleet/api/usage.py): one report, not a list, so no page to be past.
     ("/api/usage/", "get"): {200, 400, 401, 403},
@@ -193,6 +198,8 @@ def test_the_answers_have_the_documented_shapes(client, viewer_client, operator_
     documents: the schema cannot drift from what the API sends."""
     alpha = make_node("alpha", 4)
     train = claim(alpha, "train", operator, device_ids=["2"])
+    delta = make_node("delta", 1)
+    maintenance.start(delta, timezone.now() + timedelta(hours=1), "swap a GPU", operator, validate_level=2)
     make_node("beta", 0)
     shrink_node(ingest("gamma", 2), 1)
     schema = viewer_client.get("/api/openapi.json").json()
@@ -219,6 +226,8 @@ def test_the_answers_have_the_documented_shapes(client, viewer_client, operator_
         ("/api/events/?state=ajar", "/api/events/"),
         ("/api/usage/?by=claim", "/api/usage/"),
         ("/api/usage/?by=colour", "/api/usage/"),
+        ("/api/nodes/alpha/maintenance/", "/api/nodes/{name}/maintenance/"),
+        ("/api/nodes/delta/maintenance/", "/api/nodes/{name}/maintenance/"),
     ]:
         check(viewer_client.get(url), path, "get")
     body = {"name": "x", "count": 1}
@@ -230,6 +239,8 @@ def test_the_answers_have_the_documented_shapes(client, viewer_client, operator_
           "/api/nodes/{name}/claims/", "post")
     check(operator_client.post("/api/nodes/alpha/claims/", "name=z", content_type="text/plain"), "/api/nodes/{name}/claims/", "post")
     check(client.get("/api/claims/"), "/api/claims/", "get")
+    check(operator_client.delete("/api/nodes/delta/maintenance/validation/"),
+          "/api/nodes/{name}/maintenance/validation/", "delete")
 
 
 # The node list's page size is the API's own (its paginator), not the overview's `per`.

@@ -93,6 +93,7 @@ REQUIRED = {
     "api:silences": (VIEW, "get"),
     "api:silence": (VIEW, "get"),
     "api:node_maintenance": (VIEW, "get"),
+    "api:node_validation": (RUN_DCGM_DIAG, "delete"),
     "api:deliveries": (VIEW, "get"),
     "api:usage": (VIEW, "get"),
     "usage:page": (VIEW, "get"),
