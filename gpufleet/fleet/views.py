@@ -44,10 +44,10 @@ def fleet(request, partial: str = "node-table"):
     # The tiles and findings are kept, not computed for each view (summary.kept); read
     # only when a template reads them: the table fragment never does.
     summary = SimpleLazyObject(fleet_summary.kept)
-    # The table shows a node in maintenance as such (a join, no query of its own); the
-    # driver select's versions come from the summary's scan of the fleet.
-    node_filter = NodeFilter(request.GET, queryset=Node.objects.annotate(maintenance_until=F("maintenance__until")),
-                             driver_versions=lambda: summary.driver_versions)
+    # The table shows a node in maintenance or in validation as such (joins, no query of
+    # their own); the driver select's versions come from the summary's scan of the fleet.
+    nodes = Node.objects.annotate(maintenance_until=F("maintenance__until"), validation_level=F("validation__level"))
+    node_filter = NodeFilter(request.GET, queryset=nodes, driver_versions=lambda: summary.driver_versions)
     query = clean_query(request.GET)
     summary_only = partial == "fleet-summary" and wants_fragment(request)
     context = {

@@ -22,8 +22,9 @@ from gpufleet.ingest.services import ingest_snapshot
 from gpufleet.jobs import services as jobs
 from gpufleet.jobs.models import JobStatus
 from tests.claims.helpers import claim
-from tests.factories import snapshot
+from tests.factories import hx, ingest, snapshot
 from tests.fakes.recorded import recording
+from tests.fleet.test_overview import TABLE_QUERIES
 
 pytestmark = pytest.mark.django_db
 
@@ -101,3 +102,43 @@ def test_only_admins_end_validation_without_a_run(operator_client, admin_role_cl
     assert AuditEntry.objects.filter(action="validation.end", username="ada", after={"why": "ended by hand"}).exists()
     with pytest.raises(maintenance.MaintenanceError, match="not in validation"):
         maintenance.end_validation(alpha, admin_user)
+
+
+def _row(page: str, name: str) -> str:
+    """The overview table's row of node `name`."""
+    row = page[page.index(f">{name}</a></th>"):]
+    return row[: row.index("</tr>")]
+
+
+CHIP = '<span class="badge badge-amber">In validation</span>'
+
+
+def test_the_overview_shows_an_in_validation_chip_beside_its_health(viewer_client, admin_user, operator, alpha):
+    bravo = ingest("bravo", 2)
+    ingest("charlie", 2)
+    maintenance.start_validation(alpha, 2, "new GPU", admin_user)
+    maintenance.start(bravo, timezone.now() + timedelta(hours=1), "swap PSU", operator, validate_level=1)
+    page = viewer_client.get("/").content.decode()
+    # Back in service, so its health still shows: only new claims wait for the diagnostic.
+    row = _row(page, "alpha")
+    assert CHIP in row and "until DCGM -r 2 passes" in row
+    assert '<span class="badge badge-green">OK</span>' in row
+    # In maintenance first, then in validation.
+    row = _row(page, "bravo")
+    assert row.index('<span class="badge badge-blue">Maintenance</span>') < row.index(CHIP)
+    assert "until DCGM -r 1 passes" in row
+    assert CHIP not in _row(page, "charlie")
+    maintenance.end_validation(alpha, admin_user)
+    assert CHIP not in _row(viewer_client.get("/").content.decode(), "alpha")
+
+
+def test_the_overview_reads_validation_in_its_table_query_not_one_per_node(viewer_client, admin_user, operator,
+                                                                         make_fleet, django_assert_num_queries):
+    nodes = make_fleet(30)
+    for node in nodes[::2]:
+        maintenance.start_validation(node, 1, "", admin_user)
+    for node in nodes[::3]:
+        maintenance.start(node, timezone.now() + timedelta(hours=1), "firmware", operator)
+    with django_assert_num_queries(TABLE_QUERIES):
+        response = viewer_client.get("/?per=200", **hx())
+    assert response.content.decode().count(CHIP) == 15
