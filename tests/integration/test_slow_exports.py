@@ -29,6 +29,7 @@ from gpufleet.fleet import reports
 from gpufleet.ingest.services import ingest_snapshots
 from tests.factories import snapshot
 from tests.integration.workers import REPO, database_url_for_workers
+from tests.receivers import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -53,11 +54,6 @@ def _fleet() -> list[str]:
     return names
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
 
 class _SmallWindow(http.client.HTTPConnection):
     def connect(self):
@@ -72,7 +68,7 @@ class _Web:
     """`manage.py web` on a free port of 127.0.0.1, on the test database, logging to a file."""
 
     def __init__(self, log_path, env: dict[str, str]):
-        self.port = _free_port()
+        self.port = free_port()
         self.log_path = log_path
         full_env = {**os.environ, **env, "DATABASE_URL": database_url_for_workers(), "SECRET_KEY": settings.SECRET_KEY,
                     "ALLOWED_HOSTS": "127.0.0.1", "PYTHONUNBUFFERED": "1"}

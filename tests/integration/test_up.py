@@ -14,7 +14,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -27,17 +26,13 @@ import pytest
 
 from tests.conftest import missing_service
 from tests.integration.workers import REPO
+from tests.receivers import free_port
 from tests.test_readme import readme_command, readme_commands
 
 pytestmark = pytest.mark.integration
 
 BURST_NODES, SNAPSHOTS_PER_NODE, DIAGNOSES = 200, 5, 5
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _query(db, sql, *args):
@@ -94,7 +89,7 @@ def _started_pid(log: Path, name: str) -> int:
 
 
 def test_up_lists_this_host_and_survives_the_real_mix(fake_host, tmp_path):
-    port = _free_port()
+    port = free_port()
     data = tmp_path / "data"
     env = {**os.environ, **fake_host.env(), "GPUFLEET_DATA_DIR": str(data), "GPUFLEET_NODE_NAME": "this-host",
            "GPUFLEET_COLLECT_INTERVAL": "2", "PYTHONUNBUFFERED": "1",
@@ -207,7 +202,7 @@ QUIET_WINDOW_S = 12
 def test_the_readme_demo_runs_as_shown_and_up_prints_each_line_once(fake_host, tmp_path):
     data = tmp_path / "data"
     env = {**os.environ, **fake_host.env(), "GPUFLEET_DATA_DIR": str(data), "GPUFLEET_NODE_NAME": "this-host",
-           "GPUFLEET_BIND": f"127.0.0.1:{_free_port()}", "GPUFLEET_COLLECT_INTERVAL": "2", "PYTHONUNBUFFERED": "1",
+           "GPUFLEET_BIND": f"127.0.0.1:{free_port()}", "GPUFLEET_COLLECT_INTERVAL": "2", "PYTHONUNBUFFERED": "1",
            "PYTHON": sys.executable}
     for name in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE", "LOG_LEVEL"):
         env.pop(name, None)

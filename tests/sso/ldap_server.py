@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import missing_service
+from tests.receivers import free_port
 
 BASE = "dc=example,dc=org"
 PEOPLE = f"ou=people,{BASE}"
@@ -112,11 +113,6 @@ def _entries() -> str:
         blocks.append(f"dn: {group_dn(cn)}\nobjectClass: groupOfNames\ncn: {cn}{lines}")
     return "\n\n".join(blocks) + "\n"
 
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _write_certificates(folder: Path) -> None:
@@ -237,7 +233,7 @@ def start_slapd() -> Slapd:
     loaded = subprocess.run([slapadd, "-q", "-f", str(conf)], input=_entries(), capture_output=True, text=True,
                             timeout=60)
     assert loaded.returncode == 0, f"slapadd failed ({loaded.returncode}): {loaded.stderr}"
-    port, tls_port = _free_port(), _free_port()
+    port, tls_port = free_port(), free_port()
     log = (folder / "slapd.log").open("w")
     # -d 0: stay in the foreground (the test owns the process), logging nothing but errors.
     proc = subprocess.Popen([binary, "-d", "0", "-f", str(conf), "-h",

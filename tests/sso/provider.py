@@ -14,7 +14,6 @@ import atexit
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 
 import pytest
 import requests
+
+from tests.receivers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_ID, CLIENT_SECRET = "gpufleet", "gpufleet-client-secret"
@@ -42,11 +43,6 @@ PEOPLE = {
 # The mapping the tests use, with a Keycloak group path among them.
 ROLE_GROUPS = "admin=gpu-admins; operator=gpu-operators; viewer=/gpu-users"
 
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _rsa_key_pem() -> bytes:
@@ -171,7 +167,7 @@ def _role_groups():
 def start_provider() -> OpenIDProvider:
     folder = Path(tempfile.mkdtemp(prefix="gpufleet-oidc-"))
     (folder / "key.pem").write_bytes(_rsa_key_pem())
-    port = _free_port()
+    port = free_port()
     provider = OpenIDProvider(folder, port, proc=None)  # type: ignore[arg-type]
     provider.manage("migrate", "--verbosity", "0")
     provider.register_client()
