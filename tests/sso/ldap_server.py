@@ -9,7 +9,6 @@ as tests/browser/conftest.py does with the broker); it puts the groups back afte
 
 from __future__ import annotations
 
-import atexit
 import datetime
 import os
 import shutil
@@ -24,6 +23,7 @@ import pytest
 
 from tests.conftest import missing_service
 from tests.receivers import free_port
+from tests.sso import servers
 
 BASE = "dc=example,dc=org"
 PEOPLE = f"ou=people,{BASE}"
@@ -209,12 +209,7 @@ class Slapd:
         ))
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        servers.stop(self.proc)
 
 
 def start_slapd() -> Slapd:
@@ -254,24 +249,16 @@ def start_slapd() -> Slapd:
     raise AssertionError(f"slapd did not listen on {port} and {tls_port}: {(folder / 'slapd.log').read_text()}")
 
 
-_SERVER: list[Slapd] = []
-
-
-def _stop_server() -> None:
-    for server in _SERVER:
-        server.stop()
-        shutil.rmtree(server.folder, ignore_errors=True)
+_slapd = servers.once(start_slapd)
 
 
 @pytest.fixture
 def directory():
     """The test session's slapd (started at the first test that asks for it, stopped as
     the session ends); its groups back as GROUP_ENTRIES says after the test."""
-    if not _SERVER:
-        _SERVER.append(start_slapd())
-        atexit.register(_stop_server)
-    yield _SERVER[0]
-    _SERVER[0].reset_groups()
+    server = _slapd()
+    yield server
+    server.reset_groups()
 
 
 @pytest.fixture

@@ -10,10 +10,8 @@ groups and misbehaviours are put back after each test."""
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +25,7 @@ import pytest
 import requests
 
 from tests.receivers import free_port
+from tests.sso import servers
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_ID, CLIENT_SECRET = "gpufleet", "gpufleet-client-secret"
@@ -150,12 +149,7 @@ class OpenIDProvider:
         return answer.headers["Location"]
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        servers.stop(self.proc)
 
 
 def _role_groups():
@@ -195,23 +189,14 @@ def start_provider() -> OpenIDProvider:
     raise AssertionError(f"the provider did not answer on {discovery}: {(folder / 'provider.log').read_text()}")
 
 
-_RUNNING: list[OpenIDProvider] = []
-
-
-def _stop_provider() -> None:
-    for provider in _RUNNING:
-        provider.stop()
-        shutil.rmtree(provider.folder, ignore_errors=True)
+_provider = servers.once(start_provider)
 
 
 @pytest.fixture
 def openid_provider():
     """The test session's provider (started at the first test that asks for it, stopped as
     the session ends); its people's groups back as PEOPLE says after the test."""
-    if not _RUNNING:
-        _RUNNING.append(start_provider())
-        atexit.register(_stop_provider)
-    provider = _RUNNING[0]
+    provider = _provider()
     yield provider
     for username in sorted(provider.changed):
         provider.set_groups(username, PEOPLE[username][3])
