@@ -88,7 +88,8 @@ def record(user, action: str, node=None, target: str = "", before=None, after=No
         action=action,
         node=node,
         node_name=node.name if node is not None else "",
-        target=target,
+        # A name a stranger typed (a login's) may be longer than the column: cut, as the log shows it.
+        target=target[: AuditEntry._meta.get_field("target").max_length],
         before=before,
         after=after,
     )

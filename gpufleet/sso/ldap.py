@@ -14,7 +14,7 @@ from django.contrib import messages
 from django.dispatch import receiver
 from django_auth_ldap.backend import LDAPBackend, ldap_error
 
-from gpufleet.audit.models import Action, AuditEntry, record
+from gpufleet.audit.models import Action, record
 from gpufleet.sso.backends import ActiveOnly
 from gpufleet.sso.models import Identity
 from gpufleet.sso.services import sign_in
@@ -110,4 +110,4 @@ def _first(attrs, attribute: str) -> str:
 
 def _target(username: str) -> str:
     """The audit row's target: the login name, as `sign_in`'s rows name it."""
-    return username.strip().lower()[: AuditEntry._meta.get_field("target").max_length]
+    return username.strip().lower()

@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from gpufleet.audit.models import Action, AuditEntry, record
+from gpufleet.audit.models import Action, record
 from gpufleet.core.roles import ROLE_PERMISSIONS
 from gpufleet.sso.groups import matched_groups, role_for
 from gpufleet.sso.models import Identity
@@ -42,7 +42,7 @@ def sign_in(request, *, source: str, subject: str, username: str, email: str = "
         except Refused as refusal:
             # Caught inside the transaction: a deactivation made before refusing is kept.
             reason = str(refusal)
-            record(None, Action.SSO_REFUSED, target=_target(username), after={**details, "reason": reason})
+            record(None, Action.SSO_REFUSED, target=username, after={**details, "reason": reason})
         else:
             if request is not None and hasattr(request, "session"):
                 request.session.pop(REFUSAL_KEY, None)
@@ -79,7 +79,7 @@ def _sign_in(source, subject, username, role, groups, details, **profile):
     identity.user, identity.role, identity.refused = user, role, False
     identity.save()
     _set_role(user, role, details)
-    record(user, Action.SSO_LOGIN, target=_target(user.get_username()), after={**details, "role": role})
+    record(user, Action.SSO_LOGIN, target=user.get_username(), after={**details, "role": role})
     return user
 
 
@@ -118,9 +118,5 @@ def _set_role(user, role: str | None, details: dict) -> None:
         return
     user.groups.remove(*Group.objects.filter(name__in=held - wanted))
     user.groups.add(*Group.objects.filter(name__in=wanted))
-    record(user, Action.SSO_ROLE, target=_target(user.get_username()),
+    record(user, Action.SSO_ROLE, target=user.get_username(),
            before={"role": ", ".join(sorted(held)) or None}, after={**details, "role": role})
-
-
-def _target(username: str) -> str:
-    return username[: AuditEntry._meta.get_field("target").max_length]
