@@ -48,7 +48,7 @@ def sign_in(request, *, source: str, subject: str, username: str, email: str = "
                 request.session.pop(REFUSAL_KEY, None)
             return user
     if request is not None and hasattr(request, "session"):
-        request.session[REFUSAL_KEY] = {"username": username[:200], "reason": reason}
+        request.session[REFUSAL_KEY] = {"username": username, "reason": reason}
     return None
 
 

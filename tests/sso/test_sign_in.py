@@ -198,3 +198,14 @@ def test_a_superuser_never_logs_in_through_single_sign_on(alpha):
     response = through_proxy(Client(), "/", "alice", "gpu-admins", follow=True)
     assert "is a superuser of this site, who logs in with a local password only" in response.content.decode()
     assert "_auth_user_id" not in response.client.session
+
+
+def test_a_refused_long_name_is_audited_once_a_visit(alpha):
+    """The session remembers the whole name refused, so the proxy's next requests of that
+    visit are not asked (and audited) again, however long the name."""
+    client = Client()
+    response = through_proxy(client, "/", "a" * 300, "gpu-admins", follow=True)
+    assert response.redirect_chain[-1][0] == reverse("sso:no-access")
+    through_proxy(client, "/claims/", "a" * 300, "gpu-admins")
+    refused = AuditEntry.objects.filter(action=Action.SSO_REFUSED)
+    assert refused.count() == 1 and refused.get().target == "a" * 200
