@@ -386,6 +386,8 @@ GPUFLEET_ALERT_GROUP_S = env_float("GPUFLEET_ALERT_GROUP_S", 30.0, minimum=0.0)
 GPUFLEET_ALERT_RETRY_S = env_float("GPUFLEET_ALERT_RETRY_S", 60.0, minimum=1.0)
 GPUFLEET_ALERT_CLAIM_TIMEOUT_S = env_float("GPUFLEET_ALERT_CLAIM_TIMEOUT_S", 300.0, minimum=10.0)
 GPUFLEET_SITE_URL = os.environ.get("GPUFLEET_SITE_URL") or f"http://{GPUFLEET_BIND}"
+# The longest maintenance the operator role may set (it mutes the node's alerts); longer is the admin role's.
+GPUFLEET_MAINTENANCE_MAX_DAYS = env_int("GPUFLEET_MAINTENANCE_MAX_DAYS", 30, minimum=1)
 # Finding codes this host's agent may fix when asked (comma-separated); none by default.
 GPUFLEET_AGENT_FIXES = _AGENT.GPUFLEET_AGENT_FIXES
 # How long "diagnose now" waits for the node before saying it did not answer.

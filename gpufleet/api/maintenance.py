@@ -117,6 +117,8 @@ def maintenance_set(request: HttpRequest, name: str, body: MaintenanceIn) -> dic
     node = _node(name)
     try:
         maintenance.start(node, body.until, body.reason, request.user, validate_level=body.validate_level)
+    except maintenance.MaintenanceNotYours as exc:
+        raise ApiError(403, "forbidden", str(exc)) from None
     except maintenance.MaintenanceError as exc:
         raise ApiError(422, "invalid", str(exc)) from None
     return _state(node)

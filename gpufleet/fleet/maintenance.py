@@ -10,13 +10,15 @@ it takes no new claim until a DCGM diagnostic of at least the level asked for pa
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import BooleanField, Case, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from gpufleet.audit.models import Action, record
+from gpufleet.core.access import MANAGE_ALERTS, can
 from gpufleet.fleet import summary_keep
 from gpufleet.fleet.models import Maintenance, Node, Validation
 from gpufleet.gpu import dcgm
@@ -26,6 +28,10 @@ REASON_MAX = Maintenance.REASON_MAX
 
 class MaintenanceError(ValueError):
     """A maintenance change was refused; the text is a sentence for people."""
+
+
+class MaintenanceNotYours(MaintenanceError):
+    """Refused for the person's role, not for what they typed."""
 
 
 def active(now: datetime | None = None) -> Q:
@@ -72,7 +78,8 @@ def of_loaded(node: Node, now: datetime | None = None) -> Maintenance | None:
 def start(node: Node, until: datetime | None, reason: str, user, now: datetime | None = None,
           validate_level: int | None = None) -> Maintenance:
     """Put `node` in maintenance until `until` (or change the end and reason of the
-    one it is in). Raises MaintenanceError for an end not in the future or no reason.
+    one it is in). Raises MaintenanceError for an end not in the future or no reason, and
+    MaintenanceNotYours for one past GPUFLEET_MAINTENANCE_MAX_DAYS unless the admin role asks.
     With `validate_level`, the node is also in validation: after the maintenance it takes
     no new claim until a DCGM diagnostic of that level (or higher) passes."""
     now = now or timezone.now()
@@ -83,6 +90,11 @@ def start(node: Node, until: datetime | None, reason: str, user, now: datetime |
         until = timezone.make_aware(until)
     if until <= now:
         raise MaintenanceError("The end of the maintenance must be in the future.")
+    longest = settings.GPUFLEET_MAINTENANCE_MAX_DAYS
+    # Maintenance mutes the node's alerts, as a silence does, and silences are the admin role's.
+    if until - now > timedelta(days=longest) and not can(user, MANAGE_ALERTS):
+        raise MaintenanceNotYours(f"A maintenance longer than {longest} days (GPUFLEET_MAINTENANCE_MAX_DAYS) is the "
+                                  "admin role's: end it sooner, or ask an admin.")
     if not reason:
         raise MaintenanceError("Say why the node is in maintenance.")
     if len(reason) > REASON_MAX:

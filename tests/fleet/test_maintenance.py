@@ -150,3 +150,37 @@ def test_the_api_sets_reads_and_ends_it(operator_client, viewer_client):
                               content_type="application/json")
     assert bad.status_code == 422 and "future" in bad.json()["error"]["message"]
     assert operator_client.get("/api/nodes/nobody/maintenance/").status_code == 404
+
+
+def test_an_operator_may_not_set_maintenance_past_the_longest_on_the_page_or_the_api(operator_client):
+    ingest("alpha", 2)
+    response = operator_client.post(reverse("fleet:set_maintenance", args=["alpha"]),
+                                    {"until": "9999-12-31T00:00", "reason": "forever"}, follow=True)
+    page = response.content.decode()
+    assert "Maintenance not set." in page and "longer than 30 days" in page and "admin role" in page
+    response = operator_client.put("/api/nodes/alpha/maintenance/",
+                                   json.dumps({"until": "9999-12-31T00:00:00Z", "reason": "forever"}),
+                                   content_type="application/json")
+    assert response.status_code == 403, response.content
+    assert "longer than 30 days" in response.json()["error"]["message"]
+    assert not Maintenance.objects.exists()
+    # Within the longest, it is the operator's as before.
+    response = operator_client.put("/api/nodes/alpha/maintenance/",
+                                   json.dumps({"until": _hours(24 * 29).isoformat(), "reason": "rebuild"}),
+                                   content_type="application/json")
+    assert response.status_code == 200, response.content
+
+
+def test_the_admin_role_sets_a_longer_maintenance_on_the_page_and_the_api(admin_role_client, settings):
+    settings.GPUFLEET_MAINTENANCE_MAX_DAYS = 7
+    ingest("alpha", 2)
+    ingest("beta", 2)
+    until = timezone.localtime(_hours(24 * 60)).strftime("%Y-%m-%dT%H:%M")
+    response = admin_role_client.post(reverse("fleet:set_maintenance", args=["alpha"]),
+                                      {"until": until, "reason": "decommissioning"}, follow=True)
+    assert "alpha is in maintenance until" in response.content.decode()
+    response = admin_role_client.put("/api/nodes/beta/maintenance/",
+                                     json.dumps({"until": "9999-12-31T00:00:00Z", "reason": "retired"}),
+                                     content_type="application/json")
+    assert response.status_code == 200, response.content
+    assert Maintenance.objects.count() == 2
