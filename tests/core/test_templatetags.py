@@ -50,3 +50,21 @@ def test_it_says_durations_in_words():
     assert duration(timedelta(minutes=15)) == "15 minutes"
     assert duration(timedelta(hours=2, minutes=1)) == "2 hours 1 minute"
     assert duration(timedelta(seconds=5)) == "1 minute"
+
+
+def test_it_says_how_far_ahead_a_time_is_to_the_nearest_minute():
+    from datetime import UTC, datetime, timedelta
+
+    import time_machine
+
+    from gpufleet.core.templatetags.ui import from_now
+
+    now = datetime(2026, 3, 2, 10, 0, 30, tzinfo=UTC)
+    with time_machine.travel(now, tick=False):
+        # A two-hour silence made at the start of this minute has 1 h 59 min 30 s left.
+        assert from_now(now.replace(second=0) + timedelta(hours=2)) == "2 hours from now"
+        assert from_now(now + timedelta(minutes=90)) == "1 hour 30 minutes from now"
+        assert from_now(now + timedelta(seconds=20)) == "1 minute from now"
+        assert from_now(now + timedelta(days=2) - timedelta(seconds=40)) == "2 days from now"
+        assert from_now(now + timedelta(days=1, hours=3)) == "1 day 3 hours from now"
+        assert from_now(now - timedelta(hours=3)) == "3\xa0hours ago"

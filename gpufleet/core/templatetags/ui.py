@@ -1,14 +1,18 @@
 """Template helpers every page uses: `{% status_badge %}`, `|gib`, `{% vram_bar %}`,
-`{% pct_bar %}`, `|is_command`, `|json_compact`, `|duration`, `{% sort_header %}`. Ages use Django's `|naturaltime`.
+`{% pct_bar %}`, `|is_command`, `|json_compact`, `|duration`, `|from_now`, `{% sort_header %}`. Ages use Django's
+`|naturaltime`; times ahead use `|from_now`.
 
 Everything here builds HTML with format_html, so stored text is always escaped."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 
 from django import template
 from django.conf import settings
+from django.contrib.humanize.templatetags.humanize import naturaltime
+from django.utils import timezone
 from django.utils.html import format_html
 
 from gpufleet.gpu.diagnosis import vram_warn_level
@@ -96,6 +100,26 @@ def duration(value) -> str:
     if minutes:
         parts.append(f"{minutes} minute{'s' if minutes != 1 else ''}")
     return " ".join(parts)
+
+
+@register.filter
+def from_now(value):
+    """A time ahead in words, to the nearest minute: "2 hours from now", "1 day 3 hours from now".
+    Django's `|naturaltime` drops the part of an hour it is into, so a two-hour silence
+    read "an hour from now" a second after it was made. A time past reads as `|naturaltime`."""
+    if not isinstance(value, datetime):
+        return value
+    left = value - timezone.now()
+    if left <= timedelta(0):
+        return naturaltime(value)
+    minutes = round(left.total_seconds() / 60)
+    if minutes < 24 * 60:
+        return f"{duration(timedelta(minutes=minutes))} from now"
+    days, hours = divmod(round(minutes / 60), 24)
+    words = f"{days} day{'s' if days != 1 else ''}"
+    if hours:
+        words += f" {hours} hour{'s' if hours != 1 else ''}"
+    return f"{words} from now"
 
 
 @register.simple_tag(takes_context=True)
