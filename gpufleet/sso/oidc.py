@@ -155,6 +155,13 @@ class OIDCBackend(ActiveOnly, OIDCAuthenticationBackend):
             return None
         return super().authenticate(request, **kwargs)
 
+    def raise_token_response_error(self, response):
+        # RFC 6749 5.2: a 400 or 401 is the provider's answer about this code (one it never
+        # issued, used or expired), a refused login; anything else is the provider failing.
+        if response.status_code in (400, 401):
+            raise LoginRefused(f"the provider did not accept the login's code ({_token_error(response)})")
+        super().raise_token_response_error(response)
+
     def get_payload_data(self, token, key):
         """The ID token's claims, once its signature (with the configured algorithm only),
         issuer, audience, expiry and issue time check out; LoginRefused says which did not."""
@@ -215,6 +222,18 @@ class OIDCBackend(ActiveOnly, OIDCAuthenticationBackend):
             email=_text(claims.get("email")), first_name=_text(claims.get("given_name")),
             last_name=_text(claims.get("family_name")), groups=_groups(claims, settings.GPUFLEET_OIDC_GROUPS_CLAIM),
         )
+
+
+def _token_error(response) -> str:
+    """The error (and its description) of a token endpoint's refusal, in a line."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    body = body if isinstance(body, dict) else {}
+    words = [str(body.get(key) or "").strip() for key in ("error", "error_description")]
+    said = ": ".join(word for word in words if word) or f"HTTP {response.status_code}"
+    return " ".join(said.split())[:200]
 
 
 def _unverified(token: str) -> dict:

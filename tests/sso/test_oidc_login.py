@@ -341,3 +341,17 @@ def test_logging_out_ends_the_site_session_and_then_the_providers(site, client):
 def test_a_local_user_logs_out_to_the_login_page(site, operator_client):
     answer = operator_client.post("/accounts/logout/")
     assert answer.status_code == 302 and answer["Location"] == "/accounts/login/"
+
+
+def test_a_forged_code_is_a_refused_login_with_its_reason(site, client):
+    state = parse_qs(urlsplit(start(client)).query)["state"][0]
+
+    answer = client.get("/oidc/callback/", {"code": "a-code-the-provider-never-issued", "state": state})
+
+    assert answer.status_code == 403
+    page = html.unescape(answer.content.decode())
+    assert "the provider did not accept the login's code (invalid_grant)" in page
+    assert "cannot be reached" not in page
+    assert logged_in_as(client) is None
+    [refusal] = refusals()
+    assert refusal == {"source": "oidc", "reason": "the provider did not accept the login's code (invalid_grant)"}
