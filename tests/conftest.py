@@ -4,6 +4,7 @@ the rule that a missing service skips on a developer's machine but fails in CI."
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -12,6 +13,21 @@ from tests.factories import ingest
 pytest_plugins = ["tests.fakes.fixtures", "tests.receivers"]
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+
+# How long a test waits for something that ends by itself (a timeout in the code, a process
+# told to stop, a file a process writes) before it calls it hung: far past anything a loaded
+# machine adds, so a test never measures the machine's speed (`manage.py bench` does).
+HANG_S = 120.0
+
+
+def wait_until(predicate, what: str, timeout: float = HANG_S):
+    """predicate()'s first true value, polled; fails naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"still waiting after {timeout:g} s for {what}", pytrace=False)
+        time.sleep(0.02)
+    return value
 
 
 def missing_service(reason: str) -> None:

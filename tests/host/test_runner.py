@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
-import time
+import threading
 import tracemalloc
 from pathlib import Path
 
 import pytest
 
 from gpufleet.agent.adapters import OUTPUT_LIMIT, CommandResult, SubprocessRunner
+from tests.conftest import HANG_S, wait_until
 from tests.fakes.recorded import BIN_DIR, data_path
 
 QUERY = [
@@ -124,22 +126,30 @@ def test_not_executable_is_an_error_not_an_exception(tmp_path, monkeypatch):
     assert "ermission denied" in result.error
 
 
-def test_hang_is_killed_with_its_whole_group(fake_host):
+def test_hang_is_killed_with_its_whole_group(fake_host, monkeypatch):
     pidfile = fake_host.smi_hang(output="h200")
-    started = time.monotonic()
-    result = SubprocessRunner().run(QUERY, timeout=1.0)
-    elapsed = time.monotonic() - started
-    assert elapsed < 4.0, (
-        f"run() blocked {elapsed:.1f} s: the child holding stdout survived"
-    )
+    real_wait = subprocess.Popen.wait
+
+    def wait_once_it_hangs(proc, timeout=None):
+        # The runner's timeout counts from when the fake hangs (its child started, the pidfile
+        # written), not from its start: a loaded machine may take longer than that to start it.
+        if timeout is not None:
+            wait_until(lambda: pidfile.exists() or proc.poll() is not None, "the fake nvidia-smi to hang")
+        return real_wait(proc, timeout)
+
+    monkeypatch.setattr(subprocess.Popen, "wait", wait_once_it_hangs)
+    results = []
+    # In a thread: a run() that waited for the child holding its stdout would wait an hour.
+    running = threading.Thread(target=lambda: results.append(SubprocessRunner().run(QUERY, timeout=1.0)), daemon=True)
+    running.start()
+    running.join(HANG_S)
+    assert results, "run() still blocked: the child holding stdout survived"
+    [result] = results
     assert result.exit_code is None
     assert result.error == "nvidia-smi timed out after 1 s"
     assert result.stdout.startswith("0, GPU-a44622e3")  # what it printed before hanging
     parent, child = (int(p) for p in pidfile.read_text().split())
-    deadline = time.monotonic() + 2
-    while (_alive(parent) or _alive(child)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(parent) and not _alive(child)
+    wait_until(lambda: not _alive(parent) and not _alive(child), "the hung nvidia-smi and its child to be gone")
 
 
 def test_timeout_message_uses_the_timeout_given(fake_host):
