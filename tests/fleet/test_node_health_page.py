@@ -6,12 +6,14 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.core.management import call_command
 from django.urls import reverse
 
 from gpufleet.audit.models import AuditEntry
 from gpufleet.fleet.models import Node
 from gpufleet.ingest.services import ingest_snapshot
 from tests.factories import snapshot
+from tests.fakes.recorded import DATA_DIR
 
 pytestmark = pytest.mark.django_db
 
@@ -98,3 +100,19 @@ def test_it_lists_a_container_attached_to_a_gpu_with_no_process_as_idle(viewer_c
     row = _row(page, 1)
     assert "notebook&lt;b&gt;" in row and "jupyter/base" in row and "attached, idle" in row
     assert "attached, idle" not in _row(page, 0)
+
+
+def _passed_checks(html: str) -> str:
+    return html.split('class="ok-findings"')[1].split("</summary>")[0]
+
+
+def test_a_failing_gpu_is_not_also_listed_among_the_checks_ok(fake_host, viewer_client):
+    fake_host.smi(DATA_DIR / "health" / "smi-8x-h100-failing.csv")
+    call_command("collect", once=True, node="demo-h100")
+    html = viewer_client.get(reverse("fleet:node_detail", args=["demo-h100"])).content.decode()
+    passed = _passed_checks(html)
+    # GPU 2 runs hot, 5 has uncorrectable ECC errors, 6 a pending row remap, 7 a power brake:
+    # each is listed as a problem, so its memory check does not make it OK too.
+    assert re.findall(r"GPU (\d+) \(", passed) == ["0", "1", "3", "4"], passed
+    # ... and the count says so: those four, the driver, toolkit, CDI, runtime and attach.
+    assert "9 checks OK" in passed

@@ -67,5 +67,11 @@ def xid_cell(device, health: dict) -> str:
 
 @register.filter
 def status_is(findings, which: str) -> list:
-    """`findings|status_is:"ok"` or `:"problem"` (warn and fail), order kept."""
-    return [f for f in findings if (f.status == "ok") == (which == "ok")]
+    """`findings|status_is:"ok"` or `:"problem"` (warn and fail), order kept. A passed
+    check is not "ok" while a finding about one aspect of it fails or warns: "gpu2" (its
+    memory) is not listed as OK beside a failing "gpu2.thermal"."""
+    problems = [f for f in findings if f.status != "ok"]
+    if which != "ok":
+        return problems
+    troubled = {f.code.split(".", 1)[0] for f in problems if "." in f.code}
+    return [f for f in findings if f.status == "ok" and f.code not in troubled]
