@@ -403,9 +403,13 @@ def failing_channels_finding() -> FleetFinding | None:
 
 
 def send_test(channel: Channel) -> channels.Outcome:
-    """Send a test notification to a channel now (the Channels page's button)."""
-    return channels.send(channel.url, "gpufleet: test notification",
-                         f"A test from gpufleet to the channel {channel.name}: if you read this, it works.")
+    """Send a test notification to a channel now (the Channels page's button). One that
+    arrives is a send like any other: the channel works, and shows when it last sent."""
+    outcome = channels.send(channel.url, "gpufleet: test notification",
+                            f"A test from gpufleet to the channel {channel.name}: if you read this, it works.")
+    if outcome.sent:
+        Channel.objects.filter(pk=channel.pk).update(failing_since=None, last_error="", last_sent_at=timezone.now())
+    return outcome
 
 
 # --- changes by people (pages and API), audited ----------------------------------------

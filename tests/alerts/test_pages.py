@@ -75,6 +75,23 @@ def test_send_a_test_shows_the_result_in_place(admin_role_client, webhook):
     assert "The test to ops failed" in response.content.decode()
 
 
+def test_a_successful_test_shows_the_channel_working_on_the_channels_page(admin_role_client, webhook, inbox):
+    hook = services.save_channel(None, "hook", webhook.url)
+    email = services.save_channel(None, "email", inbox.url)
+    Channel.objects.filter(pk=email.pk).update(failing_since=timezone.now(), last_error="error=500")
+    assert "nothing sent yet" in admin_role_client.get("/alerts/channels/").content.decode()
+    admin_role_client.post(f"/alerts/channels/{hook.pk}/test/", **hx())
+    admin_role_client.post(f"/alerts/channels/{email.pk}/test/")
+    page = admin_role_client.get("/alerts/channels/").content.decode()
+    # Both reached their receiver: the one that was failing works again.
+    assert "nothing sent yet" not in page and "failing" not in page
+    assert page.count('<span class="badge badge-green">working</span> last sent') == 2
+    webhook.status = 503
+    admin_role_client.post(f"/alerts/channels/{hook.pk}/test/", **hx())
+    # A failed test says so where it was pressed; the last send that worked stays shown.
+    assert admin_role_client.get("/alerts/channels/").content.decode().count("working</span> last sent") == 2
+
+
 def test_viewers_read_but_never_change(viewer_client, operator_client, webhook):
     channel = services.save_channel(None, "ops", webhook.url)
     for client in (viewer_client, operator_client):
