@@ -4,8 +4,11 @@ naming the variable, instead of surfacing later as odd behaviour."""
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import secrets
+import string
+from collections import Counter
 from pathlib import Path
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -93,16 +96,36 @@ def env_networks(name: str) -> list[str]:
 
 # Django's own deploy check (security.W009) asks as much of SECRET_KEY.
 SECRET_MIN_LENGTH = 50
-SECRET_MIN_DISTINCT = 5
+# Anyone holding one node's key can test guesses of the site's key offline against it.
+SECRET_MIN_BITS = 128
+KEY_COMMAND = "python3 -c 'import secrets; print(secrets.token_urlsafe(50))'"
+_CLASSES = (string.ascii_lowercase, string.ascii_uppercase, string.digits)
+_OTHER_CHARACTERS = len(string.punctuation) + 1  # and the space
+
+
+def estimated_bits(key: str) -> float:
+    """A cautious estimate of the entropy in `key`: each character that does not repeat
+    what came before (the three characters ending at it not seen earlier in the key) is
+    worth the lesser of its character classes' bits and the key's own spread of
+    characters (their Shannon entropy). A key said twice is worth once."""
+    if not key:
+        return 0.0
+    pool = sum(len(chars) for chars in _CLASSES if any(c in chars for c in key))
+    pool += _OTHER_CHARACTERS if any(not any(c in chars for chars in _CLASSES) for c in key) else 0
+    spread = -sum(n / len(key) * math.log2(n / len(key)) for n in Counter(key).values())
+    seen: set[str] = set()
+    for end in range(1, len(key) + 1):
+        seen.add(key[max(0, end - 3):end])
+    return len(seen) * min(math.log2(pool), spread)
 
 
 def require_strong_secret(name: str, value: str) -> None:
     """Refuse a production secret that could be guessed, without ever showing it."""
-    if len(value) < SECRET_MIN_LENGTH or len(set(value)) < SECRET_MIN_DISTINCT:
+    if len(value) < SECRET_MIN_LENGTH or estimated_bits(value) < SECRET_MIN_BITS:
         raise SettingError(
-            f"{name} is too weak for production: it needs at least {SECRET_MIN_LENGTH} characters, of at least "
-            f"{SECRET_MIN_DISTINCT} different ones (make one with: python3 -c 'import secrets; "
-            "print(secrets.token_urlsafe(50))')"
+            f"{name} is too weak for production: it needs at least {SECRET_MIN_LENGTH} characters and about "
+            f"{SECRET_MIN_BITS} bits of entropy, a repeated or little varied key counting for little "
+            f"(make one with: {KEY_COMMAND})"
         )
 
 

@@ -13,6 +13,7 @@ from csp.constants import NONE, SELF
 
 from gpufleet.core import agent_settings
 from gpufleet.env import (
+    KEY_COMMAND,
     SettingError,
     env_bool,
     env_float,
@@ -41,7 +42,7 @@ if PRODUCTION and DEBUG:
     raise SettingError("DEBUG must be off in production (GPUFLEET_PRODUCTION=true)")
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if SECRET_KEY.startswith("CHANGE-ME") and PRODUCTION:
-    raise SettingError("SECRET_KEY is still the example's placeholder: set a long random one")
+    raise SettingError(f"SECRET_KEY is still the example's placeholder: make one with: {KEY_COMMAND}")
 if SECRET_KEY and PRODUCTION:
     # Node keys derive from it too, and one signed message read off the broker lets anyone
     # test guesses offline: a short key falls.

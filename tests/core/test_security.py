@@ -5,6 +5,8 @@ site, styled error pages, and production refusing unsafe settings."""
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from gpufleet.audit.models import AuditEntry
+from gpufleet.env import estimated_bits
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db
@@ -149,21 +152,52 @@ def test_production_refuses_a_missing_secret_key():
     assert done.returncode != 0 and "SECRET_KEY must be set in production" in done.stderr
 
 
+# What the start-up's refusal says to run for a good key.
+KEY_COMMAND = re.compile(r"make one with: (python3 -c '[^']+')")
+
+
+def _good_key() -> str:
+    return secrets.token_urlsafe(50)
+
+
 @pytest.mark.parametrize(("variable", "value"), [
     ("SECRET_KEY", "Sh0rt-but-varied-Key-of-40-characters-xy"),  # under 50 characters
     ("SECRET_KEY", "ab12" * 20),  # long, but of 4 different characters
+    ("SECRET_KEY", "changeme-" * 6),  # 54 characters, 8 different ones, a few guesses
+    ("SECRET_KEY", "x" * 60 + "Y7#kq"),  # long, varied at its end alone
+    ("SECRET_KEY", "correct-horse-battery-staple-" * 2),  # a passphrase said twice
     ("GPUFLEET_SIGNING_KEY", "node-keys-from-a-short-one"),  # the node keys' own key, when set
 ])
-def test_production_refuses_a_weak_key(variable, value, tmp_path):
-    env = {"SECRET_KEY": "x" * 60 + "Y7#kq", "GPUFLEET_DATA_DIR": str(tmp_path), variable: value}
+def test_production_refuses_a_weak_key_naming_the_command_that_makes_one(variable, value, tmp_path):
+    env = {"SECRET_KEY": _good_key(), "GPUFLEET_DATA_DIR": str(tmp_path), variable: value}
     done = _settings_in_production(**env)
     assert done.returncode != 0
     assert f"{variable} is too weak for production" in done.stderr
+    assert KEY_COMMAND.search(done.stderr)
     assert value not in done.stderr  # the message never shows the secret
 
 
+def test_production_starts_with_a_key_the_named_command_makes(tmp_path):
+    refused = _settings_in_production(SECRET_KEY="changeme-" * 6, GPUFLEET_DATA_DIR=str(tmp_path))
+    command = KEY_COMMAND.search(refused.stderr).group(1)
+    made = subprocess.run(command, shell=True, capture_output=True, text=True, check=True).stdout.strip()
+    done = _settings_in_production(SECRET_KEY=made, GPUFLEET_SIGNING_KEY=made[::-1],
+                                   ALLOWED_HOSTS="gpufleet.example.com", GPUFLEET_DATA_DIR=str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_key_estimate_counts_repetition_and_few_different_characters():
+    assert estimated_bits(secrets.token_urlsafe(50)) > 256
+    assert estimated_bits(secrets.token_hex(32)) >= 128
+    assert estimated_bits("changeme-" * 6) < 64
+    assert estimated_bits("a" * 200) < 16
+    assert estimated_bits("ab12" * 20) < 32
+    assert estimated_bits("Tr0ub4dor&3") < 128
+    assert estimated_bits("") == 0
+
+
 def test_check_deploy_is_clean_in_production_settings(tmp_path):
-    done = _settings_in_production(SECRET_KEY="x" * 60 + "Y7#kq", ALLOWED_HOSTS="gpufleet.example.com",
+    done = _settings_in_production(SECRET_KEY=_good_key(), ALLOWED_HOSTS="gpufleet.example.com",
                                    GPUFLEET_DATA_DIR=str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "System check identified no issues" in done.stdout
