@@ -1,7 +1,8 @@
 """The agent as a GPU host runs it (launch.agent_worker, the line `manage.py agent` runs)
 loads no Django at all, nor pydantic, nor the site's settings and apps, so it can open no
-database connection; it still collects and sends under its node's own broker user, and
-everything it runs (its process tree, each command it runs included) stays within 64 MiB."""
+database connection; it still collects and sends under its node's own broker user, and its
+memory does not grow from one collection to the next. Its budget (64 MiB for its process tree)
+is a figure of `manage.py bench`, measured beside the bare commands."""
 
 from __future__ import annotations
 
@@ -15,15 +16,19 @@ from pathlib import Path
 from gpufleet import wire
 from gpufleet.core import broker, broker_acl, launch
 from gpufleet.fleet import broker_users
-from gpufleet.tools import footprint
 from tests.acl_redis import STREAM, running
+from tests.conftest import HANG_S
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = "light-1"
 # What only the site needs: Django, the schema's pydantic, its settings and apps, a database driver.
 SITE_ONLY = ("django", "pydantic", "gpufleet.settings", "gpufleet.fleet", "gpufleet.ingest", "psycopg", "sqlite3")
-# The agent's budget on a GPU host (docs/agent.md): the bench measures it beside real commands.
-RSS_MAX = 64 * 2**20
+# Collections watched after the first (its imports, a first look at the host): its memory
+# over the last SETTLED of them may not pass the most it held over the first SETTLED by more
+# than GROWTH, far more than what it keeps per collection, far less than a snapshot kept each.
+COLLECTIONS = 8
+SETTLED = 3
+GROWTH = 1.25
 
 
 # launch.agent_worker's `python -m gpufleet.agent`, which also writes down the modules it
@@ -57,18 +62,20 @@ def test_the_agent_collects_and_sends_without_loading_the_site_or_a_database_dri
         with log.open("w") as out:
             agent = subprocess.Popen([argv[0], "-c", RUN_AND_LIST_MODULES, str(modules)], cwd=REPO,
                                      env=env, stdout=out, stderr=subprocess.STDOUT)
+        held: dict[int, int] = {}  # the most the agent itself held while n collections were sent
         try:
-            deadline, peak = time.monotonic() + 60, 0
-            while centre.xlen(stream_key) < 4 and time.monotonic() < deadline and agent.poll() is None:
-                if centre.xlen(stream_key) >= 1:  # its first collection (and its imports) done
-                    peak = max(peak, footprint.rss_bytes(agent.pid))
+            deadline = time.monotonic() + HANG_S
+            while (sent := centre.xlen(stream_key)) <= COLLECTIONS and time.monotonic() < deadline \
+                    and agent.poll() is None:
+                if sent:
+                    held[sent] = max(held.get(sent, 0), _own_rss(agent.pid))
                 time.sleep(0.02)
         finally:
             agent.terminate()
             agent.wait(30)
         output = log.read_text()
         entries = centre.xrange(stream_key)
-        assert len(entries) >= 4, output[-3000:]
+        assert len(entries) > COLLECTIONS, output[-3000:]
         entry = wire.read_entry(entries[0][1])
         assert entry.node == NODE and wire.entry_signed_with(entry, key)
         # kombu's redelivery sweep (its lock, released by EVALSHA of the script the centre
@@ -77,7 +84,20 @@ def test_the_agent_collects_and_sends_without_loading_the_site_or_a_database_dri
         imported = modules.read_text().split()
         assert "gpufleet.agent.tasks" in imported, output[-3000:]
         assert sorted(m for m in imported if m.startswith(SITE_ONLY)) == []
-        assert 0 < peak <= RSS_MAX, f"{peak / 2**20:.1f} MiB"
+        first = max((rss for n, rss in held.items() if n <= SETTLED), default=0)
+        last = max((rss for n, rss in held.items() if n > COLLECTIONS - SETTLED), default=0)
+        mib = {n: round(rss / 2**20, 1) for n, rss in sorted(held.items())}
+        assert first > 0 and 0 < last <= GROWTH * first, f"MiB held by the agent after n collections: {mib}"
+
+
+def _own_rss(pid: int) -> int:
+    """The agent's own resident memory, without the commands it runs (which a loaded machine
+    keeps alive longer, and the bench counts)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+    except OSError:
+        return 0
 
 
 SITE_AND_AGENT = """
