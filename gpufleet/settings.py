@@ -234,9 +234,10 @@ _OIDC = oidc_settings.read()
 globals().update(_OIDC)
 if _OIDC["GPUFLEET_OIDC_ISSUER"]:
     AUTHENTICATION_BACKENDS.append("gpufleet.sso.oidc.OIDCBackend")
-# The provider's answers are not password guesses (it throttles its own login form): one
-# it sent for a person in no mapped group must not lock that address out of the next login.
-AXES_WHITELIST_CALLABLE = "gpufleet.sso.oidc.unthrottled"
+# The OpenID provider's answers and the authenticating proxy's header are not password
+# guesses (each throttles its own login form): a person they name who is in no mapped group
+# must not lock that address (the proxy's: everyone's) out of the next login.
+AXES_WHITELIST_CALLABLE = "gpufleet.sso.backends.unthrottled"
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "fleet:overview"

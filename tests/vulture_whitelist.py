@@ -84,7 +84,7 @@ LocalBackend  # gpufleet/sso/backends.py: AUTHENTICATION_BACKENDS
 OIDCBackend  # gpufleet/sso/oidc.py: AUTHENTICATION_BACKENDS
 ProxyBackend  # gpufleet/sso/proxy.py: AUTHENTICATION_BACKENDS
 TrustedProxyMiddleware  # gpufleet/sso/proxy.py: MIDDLEWARE
-unthrottled  # gpufleet/sso/oidc.py: AXES_WHITELIST_CALLABLE
+unthrottled  # gpufleet/sso/backends.py: AXES_WHITELIST_CALLABLE
 provider_logout_url  # gpufleet/sso/oidc.py: mozilla-django-oidc's OIDC_OP_LOGOUT_URL_METHOD
 handler400  # gpufleet/urls.py
 disabled  # gpufleet/alerts/channels.py: read by logging on each record

@@ -24,3 +24,14 @@ class LocalBackend(ActiveOnly, ModelBackend):
         if not super().user_can_authenticate(user):
             return False
         return settings.GPUFLEET_LOCAL_LOGIN or (user.is_superuser and not user.identities.exists())
+
+
+def unthrottled(request, credentials=None) -> bool:
+    """AXES_WHITELIST_CALLABLE: the login throttle counts password guesses. An authenticating
+    proxy's header (believed from a trusted proxy only) and the OpenID provider's answer at
+    the callback are none; counted, their refusals would fall under no user name, so the
+    people refused at one address (the proxy's) would lock out everyone's there."""
+    if credentials and "remote_user" in credentials:
+        return True
+    match = getattr(request, "resolver_match", None)
+    return match is not None and match.view_name == "oidc:callback"

@@ -259,14 +259,6 @@ def _groups(claims: dict, name: str) -> list[str]:
     return []
 
 
-def unthrottled(request, credentials=None) -> bool:
-    """AXES_WHITELIST_CALLABLE: the login throttle counts password guesses, and the
-    provider's answer at the callback is none (the throttle would count its refusals
-    under no user name, so one address's refused people would lock out everyone's)."""
-    match = getattr(request, "resolver_match", None)
-    return match is not None and match.view_name == "oidc:callback"
-
-
 def provider_logout_url(request) -> str:
     """Where logout sends a person (the library's OIDC_OP_LOGOUT_URL_METHOD): to the
     provider's end_session_endpoint if they logged in there and it has one, so their

@@ -209,3 +209,32 @@ def test_a_refused_long_name_is_audited_once_a_visit(alpha):
     through_proxy(client, "/claims/", "a" * 300, "gpu-admins")
     refused = AuditEntry.objects.filter(action=Action.SSO_REFUSED)
     assert refused.count() == 1 and refused.get().target == "a" * 200
+
+
+def test_people_refused_through_the_proxy_lock_nobody_out(alpha, settings):
+    """A person the groups refuse did not guess a password: however many are refused (or
+    one presses "Try again" over and over), the proxy's address is not locked out."""
+    for n in range(settings.AXES_FAILURE_LIMIT + 1):
+        response = through_proxy(Client(), "/", f"stranger{n}", "staff", follow=True)
+        assert response.redirect_chain[-1][0] == reverse("sso:no-access")
+    mallory = Client()
+    for _ in range(settings.AXES_FAILURE_LIMIT + 1):
+        through_proxy(mallory, "/", "mallory", "staff")
+        mallory.post(reverse("sso:try-again"), REMOTE_ADDR=PROXY)
+
+    response = through_proxy(Client(), "/", "root", "gpu-admins")
+    assert response.status_code == 200 and roles(User.objects.get(username="root")) == ["admin"]
+    assert not AuditEntry.objects.filter(action=Action.LOGIN_LOCKOUT).exists()
+
+
+def test_wrong_passwords_behind_the_proxy_lock_out_that_person_only(operator, viewer, settings):
+    def local_login(username: str, password: str, client_address: str) -> int:
+        return Client().post(reverse("login"), {"username": username, "password": password}, REMOTE_ADDR=PROXY,
+                             HTTP_X_FORWARDED_FOR=client_address).status_code
+
+    codes = [local_login("otto", "wrong", "192.0.2.7") for _ in range(settings.AXES_FAILURE_LIMIT)]
+    assert codes[-1] == 429 and local_login("otto", "pw-otto", "192.0.2.7") == 429
+    # Others at the proxy, and the same person at another client address, still log in.
+    assert local_login("vera", "pw-vera", "192.0.2.7") == 302
+    assert local_login("otto", "pw-otto", "192.0.2.8") == 302
+    assert through_proxy(Client(), "/", "root", "gpu-admins").status_code == 200
