@@ -11,6 +11,7 @@ import pytest
 
 from gpufleet import gpu
 from gpufleet.alerts import services as alerts
+from gpufleet.alerts.models import Delivery
 from gpufleet.api.models import ApiToken
 from gpufleet.claims import services as claims
 from gpufleet.fleet.models import Node
@@ -134,3 +135,32 @@ def test_the_node_table_fits_a_1440_px_screen(page, busy_fleet, admin_user):
         assert header.is_visible(), column
         box = header.bounding_box()
         assert box["x"] + box["width"] <= 1440, column
+
+
+def test_the_deliveries_message_column_shows_whole_at_1440_px(page, busy_fleet, admin_user):
+    title = ("GPU failing: h100-d01 GPU 2 (Xid 79), GPU 5 (uncorrectable ECC errors), GPU 7 (thermal slowdown) "
+             "and 4 more findings on rack4-h100-d01 and rack4-h100-d02")
+    Delivery.objects.create(rule_name="H100 racks, failing or warning", channel_name="ml-oncall-email",
+                            notice="opened", status="failed", tries=3, title=title,
+                            error="the mail relay refused the message: 554 5.7.1 relaying denied for this sender "
+                                  "address, ask the postmaster to allow it")
+    page.set_viewport_size({"width": 1440, "height": 900})
+    log_in(page, admin_user)
+    page.goto("/alerts/deliveries/")
+    assert page.evaluate(OVERFLOWING_TABLES) == []
+    message = page.locator("#deliveries-table td[data-label=Message]", has_text="GPU failing")
+    box = message.bounding_box()
+    assert box["x"] + box["width"] <= 1440
+    assert message.evaluate("(cell) => cell.scrollWidth <= cell.clientWidth")
+
+
+def test_a_phone_shows_a_nodes_findings_before_its_gpus(page, busy_fleet, admin_user):
+    page.set_viewport_size({"width": PHONE, "height": 800})
+    log_in(page, admin_user)
+    page.goto("/nodes/h100-d01/")  # 8 failing GPUs: a long stack of GPU cards on a phone
+    findings, gpus = page.locator("#findings").bounding_box(), page.locator("#devices").bounding_box()
+    assert findings["y"] < gpus["y"]
+    assert page.locator("#node-head").bounding_box()["y"] < findings["y"]
+    # From a laptop up, the GPU table stays first: it is short there.
+    page.set_viewport_size({"width": 1280, "height": 900})
+    assert page.locator("#devices").bounding_box()["y"] < page.locator("#findings").bounding_box()["y"]
