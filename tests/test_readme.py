@@ -41,7 +41,7 @@ NOT_RUN = {
 _DEMO = "tests/integration/test_up.py::test_the_readme_demo_runs_as_shown_and_up_prints_each_line_once"
 # Each command line of the other blocks, and the test that runs it.
 RUN_BY = {
-    "PATH=$PWD/tests/fakes/bin:$PATH .venv/bin/python manage.py up --agent demo-1 --agent demo-2": _DEMO,
+    "PATH=$PWD/tests/fakes/bin:$PATH fake-dockerd .venv/bin/python manage.py up --agent demo-1 --agent demo-2": _DEMO,
     "sh gpufleet/demo-agent demo-a40 smi-8x-a40-with-units.csv": _DEMO,
     "sh gpufleet/demo-agent demo-h100 health/smi-8x-h100-failing.csv": _DEMO,
     "LDAPTLS_CACERT=/etc/gpufleet/ldap-ca.pem ldapsearch -ZZ -H ldap://ldap.example.org -D "

@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.conftest import missing_service
 from tests.integration.workers import REPO
@@ -199,12 +200,42 @@ FORGED = textwrap.dedent("""
 QUIET_WINDOW_S = 12
 
 
+def _the_demo_is_a_working_fleet_with_one_node_in_trouble(db: Path, log: Path, bind: str) -> None:
+    healthy = _query(db, "select name, attach, health from fleet_node where name != 'demo-h100' order by name")
+    assert [(name, attach) for name, attach, _ in healthy] == [
+        ("demo-1", "cdi"), ("demo-2", "cdi"), ("demo-a40", "cdi"), ("this-host", "cdi")], healthy
+    assert all(health != "fail" for _, _, health in healthy), healthy
+    failing = _query(db, "select f.code from fleet_finding f join fleet_node n on f.node_id=n.id "
+                         "where n.name='demo-h100' and f.status='fail' order by f.code")
+    assert failing == [("gpu2.thermal",), ("gpu5.ecc",), ("gpu7.power",)]  # heat, ECC errors, a power brake
+
+    # The admin `up` printed logs in, finds a node and claims two of its GPUs.
+    [password] = re.findall(r"Admin login \(shown once\): admin / (\S+)", log.read_text())
+    site, session = f"http://{bind}", requests.Session()
+    login = session.get(f"{site}/accounts/login/", timeout=30)
+    session.post(f"{site}/accounts/login/", timeout=30, headers={"Referer": login.url},
+                 data={"username": "admin", "password": password, "csrfmiddlewaretoken": session.cookies["csrftoken"]})
+    found = session.get(f"{site}/api/placement", params={"count": 2}, timeout=30)
+    assert found.status_code == 200, found.text
+    assert "demo-1" in found.text and "demo-a40" in found.text, found.text
+    claim = session.post(f"{site}/api/nodes/demo-1/claims/", json={"name": "first-claim", "count": 2}, timeout=30,
+                         headers={"X-CSRFToken": session.cookies["csrftoken"], "Referer": f"{site}/"})
+    assert claim.status_code == 201, claim.text
+    claims = session.get(f"{site}/claims/", timeout=30)
+    assert claims.status_code == 200 and "first-claim" in claims.text and "demo-1" in claims.text
+
+    # The node in trouble offers the fix its agent allows.
+    page = session.get(f"{site}/nodes/demo-h100/", timeout=30)
+    assert page.status_code == 200 and "Apply fix…" in page.text
+
+
 def test_the_readme_demo_runs_as_shown_and_up_prints_each_line_once(fake_host, tmp_path):
     data = tmp_path / "data"
     env = {**os.environ, **fake_host.env(), "GPUFLEET_DATA_DIR": str(data), "GPUFLEET_NODE_NAME": "this-host",
            "GPUFLEET_BIND": f"127.0.0.1:{free_port()}", "GPUFLEET_COLLECT_INTERVAL": "2", "PYTHONUNBUFFERED": "1",
            "PYTHON": sys.executable}
-    for name in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE", "LOG_LEVEL"):
+    # A newcomer has no Docker of their own: the demo brings its fake ones.
+    for name in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE", "LOG_LEVEL", "DOCKER_HOST"):
         env.pop(name, None)
     if shutil.which("redis-server", path=env["PATH"]) is None:
         missing_service("redis-server is not installed (apt-get install redis-server)")
@@ -228,6 +259,7 @@ def test_the_readme_demo_runs_as_shown_and_up_prints_each_line_once(fake_host, t
                   name, up)
             [(models, problem)] = _query(db, "select gpu_models, problem from fleet_node where name=?", name)
             assert model in models and "Traceback" not in problem, (name, models, problem)
+        _the_demo_is_a_working_fleet_with_one_node_in_trouble(db, log, up_env["GPUFLEET_BIND"])
 
         forged = subprocess.run([sys.executable, "manage.py", "shell", "-c", FORGED], cwd=REPO, env=env,
                                 capture_output=True, text=True, timeout=60)
