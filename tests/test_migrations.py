@@ -25,6 +25,7 @@ SHIPPED["fleet"].append("0007_dcgm_and_validation")
 SHIPPED["jobs"].append("0002_dcgm_diagnostic")
 SHIPPED["events"].append("0004_dcgm_diagnostic_kind")
 SHIPPED["sso"] = ["0001_initial"]
+SHIPPED["events"].append("0005_ingest_dead_letter_kind")
 
 
 def _migrations() -> dict[str, list[Path]]:

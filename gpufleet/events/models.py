@@ -24,6 +24,7 @@ class Kind(models.TextChoices):
     DIAGNOSTIC = "dcgm-diag", "DCGM diagnostic"
     INGEST_SILENT = "ingest-silent", "No snapshots arriving"
     USAGE_REPORT = "usage-report", "Monthly usage report"
+    INGEST_DEAD_LETTER = "ingest-dead-letter", "Ingest entry set aside"
 
 
 class Severity(models.TextChoices):

@@ -314,6 +314,16 @@ def usage_report(month: str, title: str, text: str, now: datetime | None = None)
     return record_once(Kind.USAGE_REPORT, Severity.INFO, None, text, name=title, code=month, now=now)
 
 
+def ingest_dead_letter(node_name: str, error: str, letter_id: str, now: datetime | None = None) -> Event:
+    """An ingest entry that failed twice, set aside as dead letter `letter_id`: an event of
+    the site (the node an entry names is only what it says), naming that node and the error."""
+    return record_once(Kind.INGEST_DEAD_LETTER, Severity.WARN, None,
+                       f"An ingest entry of node {node_name!r} failed twice and was set aside as dead letter "
+                       f"{letter_id}: {error} (`manage.py ingest --dead-letters` lists them, "
+                       "`--replay-dead-letter ID` stores one again once the cause is fixed)",
+                       name=f"Ingest entry of {node_name} set aside", code=letter_id, now=now)
+
+
 def key_changed(node_name: str, revoked: bool, generation: int | None = None, now: datetime | None = None) -> Event:
     """A node's key rotated (to `generation`) or revoked; the node found by name (a node
     may be enrolled before its first snapshot: then the event is the site's, and its name

@@ -41,6 +41,15 @@ _BATCH_SIZE = Histogram(
 _REFUSED = Counter(
     "gpufleet_ingest_refused", "Messages the ingest refused, by reason, fleet-wide.", ["reason"], registry=None
 )
+# Entries set aside after failing twice (gpufleet/ingest/stream.py): each one is a bug to fix.
+_DEAD_LETTERS = Counter(
+    "gpufleet_ingest_dead_letters", "Ingest entries that failed twice and went to the dead-letter stream.",
+    registry=None,
+)
+
+
+def record_dead_letter() -> None:
+    _DEAD_LETTERS.inc()
 
 
 def record_refusals(by_reason: dict[str, int]) -> None:

@@ -33,11 +33,12 @@ from django.db import InterfaceError, OperationalError, close_old_connections
 
 from gpufleet import wire
 from gpufleet.core.broker import deleted_key, ingest_key, stream_status
+from gpufleet.events import services as events
 from gpufleet.fleet import broker_users, credentials
 from gpufleet.fleet.models import Refusal
 from gpufleet.ingest import schema
 from gpufleet.ingest.admission import Admission, SharedAdmission
-from gpufleet.ingest.metrics import record_batch, record_snapshot
+from gpufleet.ingest.metrics import record_batch, record_dead_letter, record_snapshot
 from gpufleet.ingest.refusals import count_refusals
 from gpufleet.ingest.services import STALE, finish_diagnosis, ingest_snapshots
 from gpufleet.jobs.models import JobStatus
@@ -61,6 +62,18 @@ GC_YOUNG_THRESHOLD = 10_000
 REFUSED = "rejected"  # as a snapshot the store rejects, for the counters
 # An entry left for the next batch: this one's bodies inflated to BATCH_INFLATED_MAX.
 DEFERRED = "deferred"
+# An entry whose handling raised (a bug): left pending, and taken again once; failing as
+# many times as DEAD_AFTER says, it is DEAD: set aside in the dead-letter stream, acknowledged.
+FAILED, DEAD = "failed", "dead"
+DEAD_AFTER = 2
+# The dead letters kept (the oldest go first), and the most of an error each one keeps.
+DEAD_LETTERS_MAX = 1000
+ERROR_MAX = 500
+# A dead letter holds the entry's own fields under this prefix, beside its id, node and error.
+FIELD = b"field:"
+# Never an entry's fault: Redis's errors, and the database unreachable (run() waits those out).
+PASSED_ON = (redis.RedisError, OperationalError, InterfaceError)
+
 
 
 class NodeKeys:
@@ -361,12 +374,55 @@ class Consumer:
             return 0
         # An entry trimmed while pending comes back without its fields: nothing to store.
         live = [(entry_id, fields) for entry_id, fields in entries if fields]
-        outcomes = self.handle([fields for _, fields in live])
-        deferred = {entry_id for (entry_id, _), outcome in zip(live, outcomes, strict=True) if outcome == DEFERRED}
+        outcomes = self._handled(live)
+        deferred = {entry_id for (entry_id, _), outcome in zip(live, outcomes, strict=True)
+                    if outcome in (DEFERRED, FAILED)}
         if deferred:
             self._own_pending = True
         self.acknowledge([entry_id for entry_id, _ in entries if entry_id not in deferred])
         return len(entries) - len(deferred)
+
+    def _handled(self, live: list[tuple[bytes, dict]]) -> list[str]:
+        """`handle`'s outcomes for `live`; an entry whose handling raises what is no loss of
+        Redis or of the database (a bug) is FAILED or, the second time, DEAD."""
+        try:
+            return self.handle([fields for _, fields in live])
+        except PASSED_ON:
+            raise
+        except Exception as exc:
+            if len(live) == 1:
+                return [self._failed(*live[0], exc)]
+            log.warning("a batch of %d ingest entries failed (%r); handling them one at a time", len(live), exc)
+        # One snapshot is all-or-nothing inside its batch: alone, the good ones are stored.
+        outcomes = []
+        for entry_id, fields in live:
+            try:
+                outcomes += self.handle([fields])
+            except PASSED_ON:
+                raise
+            except Exception as exc:
+                outcomes.append(self._failed(entry_id, fields, exc))
+        return outcomes
+
+    def _failed(self, entry_id: bytes, fields: dict, exc: Exception) -> str:
+        """FAILED (left pending, to be taken again) the first time, else DEAD: set aside."""
+        [pending] = self.client.xpending_range(self.key, self.group, min=entry_id, max=entry_id, count=1) or [{}]
+        node = fields.get(b"node", b"")[: wire.LINE_MAX].decode(errors="replace")
+        if pending.get("times_delivered", 0) < DEAD_AFTER:
+            log.exception("ingest entry %s of node %r failed; it is taken again once", entry_id.decode(), node,
+                          exc_info=exc)
+            self._own_pending = True
+            return FAILED
+        error = f"{type(exc).__name__}: {exc}"[:ERROR_MAX]
+        letter = self.client.xadd(dead_letter_key(self.key), {
+            b"id": entry_id, b"node": node, b"error": error, b"consumer": self.name,
+            **{FIELD + name: value for name, value in fields.items()},
+        }, maxlen=DEAD_LETTERS_MAX, approximate=True).decode()
+        log.error("ingest entry %s of node %r failed again (%s): set aside as dead letter %s",
+                  entry_id.decode(), node, error, letter, exc_info=exc)
+        record_dead_letter()
+        with_retries(lambda: events.ingest_dead_letter(node, error, letter), "recording a dead letter")
+        return DEAD
 
     def read(self) -> list[tuple[bytes, dict | None]]:
         if time.monotonic() >= self._next_claim:
@@ -432,6 +488,33 @@ class Consumer:
             log.error("%d ingest entries were trimmed from the stream before they were stored: raise "
                       "GPUFLEET_INGEST_STREAM_MAXLEN or add consumers", trimmed - self._trimmed)
         self._trimmed = trimmed
+
+
+def dead_letter_key(key: str) -> str:
+    """The dead-letter stream of the ingest stream at `key`."""
+    return f"{key}:dead-letters"
+
+
+def dead_letters(client: redis.Redis, stream: str | None = None) -> list[tuple[str, dict[str, str]]]:
+    """The dead letters of the ingest stream, oldest first: (id, its entry's id, node and error)."""
+    return [(letter.decode(), {k: fields.get(k.encode(), b"").decode(errors="replace") for k in ("id", "node", "error")})
+            for letter, fields in client.xrange(dead_letter_key(ingest_key(stream)))]
+
+
+def replay_dead_letter(client: redis.Redis, letter: str, stream: str | None = None) -> str | None:
+    """Dead letter `letter`'s entry appended to the ingest stream again (as it was sent) and
+    the letter removed; the node the entry names, or None when there is no such letter."""
+    key = ingest_key(stream)
+    found = client.xrange(dead_letter_key(key), letter, letter)
+    if not found:
+        return None
+    fields = found[0][1]
+    entry = {name[len(FIELD):]: value for name, value in fields.items() if name.startswith(FIELD)}
+    with client.pipeline(transaction=True) as pipe:
+        pipe.xadd(key, entry, maxlen=settings.GPUFLEET_INGEST_STREAM_MAXLEN, approximate=True)
+        pipe.xdel(dead_letter_key(key), letter)
+        pipe.execute()
+    return fields.get(b"node", b"").decode(errors="replace")
 
 
 def in_process(entries: Iterable[dict]) -> list[str]:
