@@ -3,12 +3,29 @@ domain ledger (`gpufleet.gpu.Ledger.fit`) only; see `gpufleet.claims.services`."
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 from django.conf import settings
 from django.db import models
 from django.db.models.functions import Lower
 from django.utils import timezone
 
 from gpufleet import gpu
+from gpufleet.fleet.models import Device
+
+
+@dataclass(frozen=True)
+class GpuName:
+    """A claimed GPU as people read it: "GPU 3" with its UUID as the title, as the node
+    page shows its GPUs; one the node no longer reports, by the id it was claimed with."""
+
+    text: str
+    title: str
+    missing: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.text} (missing)" if self.missing else self.text
 
 
 class Claim(models.Model):
@@ -60,10 +77,28 @@ class Claim(models.Model):
 
     def describe(self) -> str:
         if self.mode == "devices":
-            return "GPUs " + ", ".join(self.device_ids)
+            if self.node_id is None:  # a claim rebuilt from an audit row: its ids alone
+                return "GPUs " + ", ".join(self.device_ids)
+            return ", ".join(str(name) for name in self.gpu_names())
         if self.mode == "all":
             return "all GPUs"
         return f"{self.count} GPU" + ("" if self.count == 1 else "s")
+
+    def gpu_names(self, ledger: gpu.Ledger | None = None) -> list[GpuName]:
+        """The claim's pinned GPUs, the one place that names them for people (the node's
+        panel, the claims list, the emails). `ledger` (the node's) or the node's current
+        devices read beforehand (`with_current_devices`) save a query."""
+        if ledger is None:
+            ledger = self.node.ledger(devices=self.node.current_devices(), claims=())
+        missing = set(self.missing_devices)
+        names = []
+        for device_id in self.device_ids:
+            device = ledger.resolve(device_id)
+            if device is None or device_id in missing:
+                names.append(GpuName(device_id, "no longer reported by the node", missing=True))
+            else:
+                names.append(GpuName(f"GPU {device.index}", device.uuid))
+        return names
 
     def is_expired(self, now=None) -> bool:
         return self.expires_at is not None and self.expires_at <= (now or timezone.now())
@@ -81,3 +116,16 @@ class Claim(models.Model):
             "contact": self.contact,
             "expires_at": self.expires_at.isoformat() if self.expires_at else None,
         }
+
+
+def with_current_devices(claims: Iterable[Claim]) -> None:
+    """Read the current GPUs of the nodes of the pinned claims among `claims` in one query
+    (none when no claim is pinned), so that naming their GPUs reads nothing per claim."""
+    pinned = [claim for claim in claims if claim.device_ids]
+    if not pinned:
+        return
+    devices: dict[int, list[Device]] = {claim.node_id: [] for claim in pinned}
+    for device in Device.objects.filter(node_id__any=list(devices), vanished_at__isnull=True).order_by("index"):
+        devices[device.node_id].append(device)
+    for claim in pinned:
+        claim.node.current_devices_cache = devices[claim.node_id]

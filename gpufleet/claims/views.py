@@ -25,7 +25,7 @@ from gpufleet.audit.models import AuditEntry
 from gpufleet.claims import services, use
 from gpufleet.claims.filters import ClaimFilter
 from gpufleet.claims.forms import ALL, DEVICES, ClaimForm, PlacementForm
-from gpufleet.claims.models import Claim
+from gpufleet.claims.models import Claim, with_current_devices
 from gpufleet.claims.placement import RULED_OUT_SHOWN, fleet_placement
 from gpufleet.core import downloads
 from gpufleet.core.access import EDIT_CLAIMS, VIEW, can, requires
@@ -68,7 +68,7 @@ def claims_panel_context(request, node: Node, form: ClaimForm | None = None, not
     if can_edit and form is None:
         form = _add_form(node, ledger, devices, initial=_new_claim_initial(request))
     for claim in claims:
-        claim.gpus = _gpu_labels(ledger, claim)
+        claim.gpus = claim.gpu_names(ledger)
     entries = list(AuditEntry.objects.filter(node=node, action__startswith="claim.")[:AUDIT_ROWS])
     for entry in entries:
         entry.before_text = _describe(entry.before)
@@ -274,6 +274,10 @@ def claim_list(request: HttpRequest) -> HttpResponse:
     claims = Claim.objects.select_related("node", "created_by", "owner").order_by("node__name", "name")
     claim_filter = ClaimFilter(request.GET, queryset=claims)
     page = ListPaginator(claim_filter.qs, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    page.object_list = list(page.object_list)
+    with_current_devices(page.object_list)
+    for claim in page.object_list:
+        claim.gpus = claim.gpu_names() if claim.device_ids else []
     query = clean_query(request.GET)
     query.pop("page", None)
     context = {
@@ -365,19 +369,6 @@ def _form_context(node: Node, form: ClaimForm, in_panel: bool) -> dict:
 
 def _in_panel(request) -> bool:
     return (request.POST.get("in_panel") or request.GET.get("in_panel")) == "1"
-
-
-def _gpu_labels(ledger: gpu.Ledger, claim: Claim) -> list[dict]:
-    """The claim's pinned GPUs as people read them ("GPU 3"), flagging vanished ones."""
-    labels = []
-    missing = set(claim.missing_devices)
-    for device_id in claim.device_ids:
-        device = ledger.resolve(device_id)
-        if device is None or device_id in missing:
-            labels.append({"text": device_id, "title": "no longer reported by the node", "missing": True})
-        else:
-            labels.append({"text": f"GPU {device.index}", "title": device.uuid, "missing": False})
-    return labels
 
 
 def _describe(snapshot: dict | None) -> str:

@@ -122,3 +122,16 @@ def test_it_lists_in_fixed_queries(viewer_client, operator, django_assert_num_qu
     with django_assert_num_queries(6):
         response = viewer_client.get("/claims/?node=node-0", **HTMX)
     assert len(_rows(response.content.decode())) == per_node
+
+
+@pytest.mark.parametrize("nodes, per_node", [(1, 2), (6, 4)])
+def test_it_names_pinned_gpus_in_fixed_queries(viewer_client, operator, django_assert_num_queries, nodes, per_node):
+    for n in range(nodes):
+        node = make_node(f"node-{n}", 4)
+        Claim.objects.bulk_create(Claim(node=node, name=f"c{i}", device_ids=[uuid(node, i)], created_by=operator)
+                                  for i in range(per_node))
+    # As above, and the current GPUs of the listed nodes, once for the page.
+    with django_assert_num_queries(8):
+        response = viewer_client.get("/claims/")
+    html = response.content.decode()
+    assert len(_rows(html)) == nodes * per_node and html.count(">GPU 0</span>") == nodes
