@@ -11,13 +11,14 @@ import logging
 import ldap
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.dispatch import receiver
 from django_auth_ldap.backend import LDAPBackend, ldap_error
 
 from gpufleet.audit.models import Action, record
 from gpufleet.sso.backends import ActiveOnly
 from gpufleet.sso.models import Identity
-from gpufleet.sso.services import sign_in
+from gpufleet.sso.services import is_local_account, sign_in
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +47,9 @@ class LDAPLoginBackend(ActiveOnly, LDAPBackend):
             user = super().authenticate_ldap_user(ldap_user, password)
         except _Refused:
             return None
-        if user is None and not _failed(self.request) and _known(ldap_user):
-            # A directory user whose password it refused (an unknown name is only the throttle's).
+        if user is None and not _failed(self.request) and _known(ldap_user) and not _local_account(self.username):
+            # A directory user whose password it refused (an unknown name is only the throttle's,
+            # a local account's mistyped password its own: the directory's namesake never logs in here).
             record(None, Action.SSO_REFUSED, target=_target(self.username), after={"source": SOURCE,
                                                                                  "reason": WRONG_PASSWORD})
         return user
@@ -101,6 +103,12 @@ def _known(ldap_user) -> bool:
         return ldap_user.dn is not None
     except ldap.LDAPError:
         return False
+
+
+def _local_account(username: str) -> bool:
+    model = get_user_model()
+    user = model.objects.filter(**{f"{model.USERNAME_FIELD}__iexact": username}).first()
+    return user is not None and is_local_account(user)
 
 
 def _first(attrs, attribute: str) -> str:

@@ -83,6 +83,11 @@ def _sign_in(source, subject, username, role, groups, details, **profile):
     return user
 
 
+def is_local_account(user) -> bool:
+    """A user of the site's own (a superuser, or one single sign-on never made): no directory logs it in."""
+    return user.is_superuser or not user.identities.exists()
+
+
 def _user_for(username: str):
     """The user single sign-on may log in under this name: an existing user who came from
     single sign-on too, or a new one (not saved yet). A local account is never taken over."""
@@ -99,7 +104,7 @@ def _user_for(username: str):
         user = model(**{model.USERNAME_FIELD: username})
         user.set_unusable_password()
         return user
-    if user.is_superuser or not user.identities.exists():
+    if is_local_account(user):
         raise Refused(f"{user.get_username()} is a local account of this site; single sign-on does not take it over")
     return user
 

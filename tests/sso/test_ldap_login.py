@@ -267,3 +267,26 @@ def test_with_the_directory_down_its_people_are_told_and_local_accounts_still_lo
 
     client, _ = log_in("vera", "pw-vera")
     assert logged_in(client)
+
+
+def test_a_local_login_of_a_name_the_directory_shares_writes_no_directory_refusal(ldap_site, django_user_model):
+    # mallory is a local account here and a different person in the directory: a mistyped
+    # local password is no password the directory refused, as the directory's mallory never
+    # logs in here.
+    local = django_user_model.objects.create_user("mallory", password="local-password-of-mallory")
+
+    client, response = log_in("mallory", "local-password-of-mallroy")
+    assert response.status_code == 200 and not logged_in(client)
+    client, response = log_in("mallory", "local-password-of-mallory", client)
+
+    assert logged_in(client) and int(client.session["_auth_user_id"]) == local.pk
+    assert not AuditEntry.objects.filter(action="sso.refused").exists(), audited("mallory")
+
+
+def test_a_directory_admin_opens_the_admin_site_without_staff_status(ldap_site):
+    # As docs/deployment.md and docs/configuration.md say: the admin role, not "Staff status".
+    client, _ = log_in("dave")
+
+    assert not User.objects.get(username="dave").is_staff
+    assert client.get("/admin/").status_code == 200
+    assert 'href="/admin/"' in client.get("/").content.decode()
