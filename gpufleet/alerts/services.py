@@ -21,6 +21,7 @@ MAX_TRIES tries, GPUFLEET_ALERT_RETRY_S apart and doubling."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections import defaultdict
@@ -33,6 +34,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Coalesce
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
@@ -323,44 +325,63 @@ def _node_name(event: Event) -> str | None:
 
 # --- the message -----------------------------------------------------------------------
 
-_HEADINGS = {Notice.OPENED: "", Notice.REPEAT: "still open: ", Notice.RESOLVED: "resolved: "}
+# A GPU finding's code names its GPU and what of it ("gpu3.xid"; "gpu3" alone: its memory).
+_GPU_FINDING = re.compile(r"gpu\d+(?:\.(\w+))?$")
+_XID = re.compile(r"\bXid (\d+)")
 
 
 def message(delivery: Delivery, events: list[Event]) -> tuple[str, str]:
-    """The title and text of a delivery: counts, one line per event (the first LISTED),
-    and a link to the Events page showing them. A monthly usage report alone is its own
-    text (gpufleet/usage/monthly.py writes it, with its link)."""
+    """The title and text of a delivery, in the words of templates/alerts/notice/: what
+    happened, how bad and where, one line per event (the first LISTED), and a link to the
+    Events page showing them. A monthly usage report alone is its own text
+    (gpufleet/usage/monthly.py writes it, with its link)."""
     if len(events) == 1 and events[0].kind == Kind.USAGE_REPORT:
         return f"gpufleet: {events[0].name}"[:300], events[0].message
-    nodes = sorted({_node_name(e) or "the site" for e in events})
+    context = _notice(delivery, events)
+    title = " ".join(render_to_string("alerts/notice/subject.txt", context).split())
+    return title[:300], render_to_string("alerts/notice/body.txt", context)
+
+
+def _notice(delivery: Delivery, events: list[Event]) -> dict:
+    labels = dict(Kind.choices)
+    kinds = sorted({event.kind for event in events})
     severities = defaultdict(int)
     for event in events:
         severities[Severity(event.severity).label.lower()] += 1
-    counts = ", ".join(f"{count} {label}" for label, count in sorted(severities.items()))
-    where = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
-    if len(events) == 1:
-        subject = _describe(events[0])
-    else:
-        subject = f"{len(events)} events on {len(nodes)} node{'s' if len(nodes) != 1 else ''} ({where})"
-    title = f"gpufleet: {_HEADINGS[delivery.notice]}{subject}"[:300]
-    lines = [f"{delivery.rule_name}: {_HEADINGS[delivery.notice] or 'opened: '}{counts}, "
-             f"on {len(nodes)} node{'s' if len(nodes) != 1 else ''}.", ""]
-    for event in events[:LISTED]:
-        since = f"since {event.opened_at:%Y-%m-%d %H:%M} UTC"
-        if event.closed_at is not None:
-            since = f"{event.opened_at:%Y-%m-%d %H:%M}–{event.closed_at:%H:%M} UTC"
-        lines.append(f"- {_describe(event)} ({Severity(event.severity).label.lower()}, {since})"
-                     + (f": {event.message}" if event.message else ""))
-    if len(events) > LISTED:
-        lines.append(f"- and {len(events) - LISTED} more")
-    lines += ["", f"Events: {events_link(events, delivery.notice)}"]
-    return title, "\n".join(lines)
+    worst = max((Severity(event.severity) for event in events), key=lambda severity: severity.rank)
+    return {
+        "notice": delivery.notice,
+        "rule_name": delivery.rule_name,
+        "kind": kinds[0] if len(kinds) == 1 else "",
+        "kind_label": labels.get(kinds[0], kinds[0]) if len(kinds) == 1 else "",
+        "kind_labels": [labels.get(kind, kind) for kind in kinds],
+        "severity": worst.label.lower(),
+        "counts": ", ".join(f"{count} {label}" for label, count in sorted(severities.items())),
+        "on_gpus": all(event.gpu_index is not None for event in events),
+        "count": len(events),
+        "nodes": sorted({_node_name(event) or "the site" for event in events}),
+        "event": _line(events[0]) if len(events) == 1 else None,
+        "listed": [_line(event) for event in events[:LISTED]],
+        "more": max(0, len(events) - LISTED),
+        "link": events_link(events, delivery.notice),
+    }
 
 
-def _describe(event: Event) -> str:
-    where = _node_name(event) or "the site"
-    what = event.name or event.get_kind_display()
-    return f"{where}: {what}"
+def _line(event: Event) -> dict:
+    """What the templates say of one event."""
+    gpu_finding = _GPU_FINDING.match(event.code) if event.kind == Kind.FINDING else None
+    return {
+        "where": _node_name(event) or "the site",
+        "name": event.name,
+        "title": event.name or event.get_kind_display(),
+        "severity": Severity(event.severity).label.lower(),
+        "opened_at": event.opened_at,
+        "closed_at": event.closed_at,
+        "message": event.message,
+        "gpu_index": event.gpu_index,
+        "aspect": (gpu_finding.group(1) or "") if gpu_finding else "",
+        "xids": list(dict.fromkeys(_XID.findall(f"{event.name} {event.message}"))),
+    }
 
 
 def events_link(events: list[Event], notice: str) -> str:

@@ -63,7 +63,7 @@ def test_two_senders_at_once_deliver_each_notification_once(transactional_db, al
     assert sum(run.planned for run in runs) == 4 * 2 * 3  # every notice planned once, by one of them
     assert sum(run.sent for run in runs) == 8
     assert len(webhook.posts) == 4 and len(inbox.messages) == 4
-    assert sorted(webhook.titles()) == ["gpufleet: 3 events on 3 nodes (gpu-0, gpu-1, gpu-2)"] * 4
+    assert sorted(webhook.titles()) == ["gpufleet: Failing: 3 findings on 3 nodes (gpu-0, gpu-1, gpu-2)"] * 4
     assert set(Delivery.objects.values_list("status", "tries")) == {(Status.SENT, 1)}
 
     with time_machine.travel(T0 + timedelta(minutes=6), tick=False):
@@ -140,4 +140,4 @@ def test_an_event_joining_a_notification_as_it_is_claimed_is_in_what_is_sent(
     monkeypatch.setattr(DeliveryEvent.objects, "bulk_create", sender_goes_first)
     _at_once(lambda: services.plan(T0 + timedelta(seconds=29)), sender)
 
-    assert webhook.titles() == ["gpufleet: 2 events on 2 nodes (gpu-0, gpu-1)"]
+    assert webhook.titles() == ["gpufleet: Failing: 2 findings on 2 nodes (gpu-0, gpu-1)"]

@@ -63,7 +63,7 @@ def test_a_silenced_node_gets_its_events_marked_and_nothing_delivered(alert_sett
     tick(T0 + timedelta(minutes=10))
     assert muted_by_node() == {"gpu-a01": Muted.SILENCED, "gpu-a02": Muted.MAINTENANCE, "gpu-b01": ""}
     # Only the unmuted node is announced.
-    assert webhook.titles() == ["gpufleet: gpu-b01: GPU 3 Xid 79"] and inbox.subjects() == webhook.titles()
+    assert webhook.titles() == ["gpufleet: GPU failing: gpu-b01 GPU 3 (Xid 79)"] and inbox.subjects() == webhook.titles()
 
 
 def test_events_are_marked_without_any_rule_and_keep_their_mark(alert_settings, nodes):

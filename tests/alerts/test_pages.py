@@ -159,7 +159,7 @@ def test_the_deliveries_page_lists_notifications_and_filters_them(viewer_client,
     with time_machine.travel(t0 + timedelta(minutes=5), tick=False):
         services.run_once()
     page = viewer_client.get("/alerts/deliveries/").content.decode()
-    assert page.count("gpufleet: gpu-a01: GPU 0 Xid 79") == 2 and "sent" in page and "pending" in page
+    assert page.count("gpufleet: Failing: gpu-a01 GPU 0 Xid 79") == 2 and "sent" in page and "pending" in page
     table = viewer_client.get("/alerts/deliveries/?status=pending", **hx()).content.decode()
     assert table.strip().startswith('<div id="deliveries-table"') and "500" in table
     assert table.count("<tr>") == 2  # the head and one delivery

@@ -52,7 +52,7 @@ def test_a_failing_gpu_reaches_the_inbox_and_the_webhook_once_after_the_wait_the
 
     tick(T0 + timedelta(minutes=5))
     assert len(inbox.messages) == 1 and len(webhook.posts) == 1
-    assert inbox.subjects() == ["gpufleet: gpu-a01: GPU 3 Xid 79"] == webhook.titles()
+    assert inbox.subjects() == ["gpufleet: GPU failing: gpu-a01 GPU 3 (Xid 79)"] == webhook.titles()
     text = inbox.text(0)
     assert "Failing or offline: opened: 1 failing, on 1 node." in text
     assert "gpu-a01: GPU 3 Xid 79 (failing, since 2026-03-02 03:00 UTC): GPU 3 fell off the bus" in text
@@ -68,7 +68,7 @@ def test_a_failing_gpu_reaches_the_inbox_and_the_webhook_once_after_the_wait_the
 
     cleared([node], T0 + timedelta(hours=3, minutes=1))
     tick(T0 + timedelta(hours=3, minutes=1))
-    assert inbox.subjects()[1] == "gpufleet: resolved: gpu-a01: GPU 3 Xid 79" == webhook.titles()[1]
+    assert inbox.subjects()[1] == "gpufleet: Resolved: GPU failing: gpu-a01 GPU 3 (Xid 79)" == webhook.titles()[1]
     assert "03:00–06:01 UTC" in inbox.text(1)
     tick(T0 + timedelta(hours=4))
     assert len(inbox.messages) == 2 and len(webhook.posts) == 2
@@ -144,7 +144,7 @@ def test_two_hundred_nodes_offline_at_once_are_one_notification_per_rule_and_cha
     assert inbox.messages == [] and webhook.posts == []
     tick(T0 + timedelta(minutes=5, seconds=30))
     assert len(inbox.messages) == 1 and len(webhook.posts) == 1
-    assert webhook.titles() == ["gpufleet: 200 events on 200 nodes (rack4-000, rack4-001, rack4-002 and 197 more)"]
+    assert webhook.titles() == ["gpufleet: Not reporting: 200 nodes (rack4-000, rack4-001, rack4-002 and 197 more)"]
     text = inbox.text(0)
     assert "opened: 200 failing, on 200 nodes." in text
     assert text.count("Not reporting (failing") == services.LISTED and "- and 150 more" in text
@@ -162,10 +162,10 @@ def test_events_due_within_the_window_join_its_notification(alert_settings, rule
     tick(T0 + timedelta(minutes=5, seconds=20))
     failing([first, second, third], T0 + timedelta(seconds=40))
     tick(T0 + timedelta(minutes=5, seconds=30))
-    assert webhook.titles() == ["gpufleet: 2 events on 2 nodes (a, b)"]
+    assert webhook.titles() == ["gpufleet: GPU failing: 2 GPUs on 2 nodes (a, b)"]
     tick(T0 + timedelta(minutes=5, seconds=40))
     tick(T0 + timedelta(minutes=6, seconds=10))
-    assert webhook.titles()[1:] == ["gpufleet: c: GPU 3 Xid 79"]
+    assert webhook.titles()[1:] == ["gpufleet: GPU failing: c GPU 3 (Xid 79)"]
 
 
 def test_a_rule_repeats_every_n_hours_while_open(alert_settings, rule, node, inbox, webhook):
@@ -173,8 +173,9 @@ def test_a_rule_repeats_every_n_hours_while_open(alert_settings, rule, node, inb
     failing([node], T0)
     for minutes in (5, 60, 124, 125, 180, 245, 300):
         tick(T0 + timedelta(minutes=minutes))
-    assert webhook.titles() == ["gpufleet: gpu-a01: GPU 3 Xid 79", "gpufleet: still open: gpu-a01: GPU 3 Xid 79",
-                                "gpufleet: still open: gpu-a01: GPU 3 Xid 79"]
+    assert webhook.titles() == ["gpufleet: GPU failing: gpu-a01 GPU 3 (Xid 79)",
+                                "gpufleet: Still open: GPU failing: gpu-a01 GPU 3 (Xid 79)",
+                                "gpufleet: Still open: GPU failing: gpu-a01 GPU 3 (Xid 79)"]
 
 
 def test_a_rule_selects_by_kind_node_glob_and_gpu_model(alert_settings, channels, inbox, webhook):
@@ -188,7 +189,7 @@ def test_a_rule_selects_by_kind_node_glob_and_gpu_model(alert_settings, channels
     with time_machine.travel(T0, tick=False):
         events.record_offline([(h100.pk, T0)], T0)
     tick(T0 + timedelta(seconds=1))
-    assert webhook.titles() == ["gpufleet: gpu-1: GPU 3 Xid 79"]
+    assert webhook.titles() == ["gpufleet: GPU warning: gpu-1 GPU 3 (Xid 79)"]
 
 
 def test_one_off_events_are_sent_at_once_without_a_recovery(alert_settings, channels, node, inbox, webhook):
@@ -199,7 +200,7 @@ def test_one_off_events_are_sent_at_once_without_a_recovery(alert_settings, chan
         events.key_changed(node.name, revoked=True)
     tick(T0 + timedelta(minutes=1))
     tick(T0 + timedelta(minutes=30))
-    assert webhook.titles() == ["gpufleet: gpu-a01: Node key revoked"]
+    assert webhook.titles() == ["gpufleet: Node key revoked (warning): gpu-a01"]
 
 
 def test_a_failing_channel_is_tried_three_times_then_marked_failing_until_a_send_works(

@@ -52,12 +52,12 @@ def test_the_site_receiving_no_snapshots_reaches_the_webhook_after_the_wait_then
     assert event.node_id is None and webhook.posts == []
 
     beat_and_tick(T0 + timedelta(minutes=5))
-    assert webhook.titles() == ["gpufleet: the site: No snapshots arriving"]
+    assert webhook.titles() == ["gpufleet: No snapshots arriving (failing): the site"]
     assert "the last one was stored 2026-03-02 02:55 UTC" in webhook.posts[0]["message"]
 
     store("gpu-a01", T0 + timedelta(minutes=6))
     beat_and_tick(T0 + timedelta(minutes=6))
-    assert webhook.titles()[1:] == ["gpufleet: resolved: the site: No snapshots arriving"]
+    assert webhook.titles()[1:] == ["gpufleet: Resolved: No snapshots arriving (failing): the site"]
     assert list(Delivery.objects.filter(channel__name="hook").values_list("notice", "status").order_by("id")) == [
         ("opened", Status.SENT), ("resolved", Status.SENT)]
 

@@ -113,7 +113,7 @@ def _open_event(node: Node, number: int) -> str:
     opened = timezone.now() - timedelta(minutes=1)
     Event.objects.create(kind=Kind.FINDING, severity=Severity.FAIL, node=node, code=f"gpu{number}.xid",
                          name=f"GPU {number} Xid 79", first_seen_at=opened, opened_at=opened, last_seen_at=opened)
-    return f"gpufleet: {node.name}: GPU {number} Xid 79"
+    return f"gpufleet: Failing: {node.name} GPU {number} Xid 79"
 
 
 def test_two_housekeeping_workers_sending_at_once_deliver_each_notification_once(

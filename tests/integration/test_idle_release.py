@@ -58,4 +58,5 @@ def test_an_idle_claim_is_warned_and_then_released_end_to_end_through_the_real_b
     assert entry.at - told.idle_warned_at >= timedelta(hours=GRACE_HOURS)
     released = Event.objects.get(kind=Kind.CLAIM_RELEASED)
     assert released.message == "Claim 'train' released by the system, as it stayed idle after its owner was told"
-    assert sorted(webhook.titles()) == ["gpufleet: alpha: Claim train", "gpufleet: alpha: Claim train idle"]
+    assert sorted(webhook.titles()) == ["gpufleet: Claim idle (warning): alpha Claim train idle",
+                                     "gpufleet: Claim released: alpha Claim train"]

@@ -65,7 +65,7 @@ def test_the_warning_reaches_the_alert_channels_of_a_rule_for_idle_claims(settin
     idle_claim(settings, owner)
     idle.run()
     alerts.run_once()
-    assert webhook.titles() == ["gpufleet: alpha: Claim train idle"]
+    assert webhook.titles() == ["gpufleet: Claim idle (warning): alpha Claim train idle"]
     assert "3.0 GPU-hours reserved and unused" in webhook.posts[0]["message"]
 
 
