@@ -10,7 +10,8 @@ killed at any instant leaves its entries pending, and another consumer takes the
 twice that way is a snapshot not newer than the stored one: ignored as stale.
 
 Each entry is checked cheapest first: its node and key generation are an enrolled
-node's current ones, the HMAC matches, the node is within its admission cap (counted in
+node's current ones, the HMAC matches, it is no copy of an entry of its batch or of one
+handled lately (a replay), the node is within its admission cap (counted in
 Redis across the consumers, one call a batch), the body inflates within bounds to a
 payload of the right shape; then the batch's snapshots are
 stored in one transaction (services.ingest_snapshots). Refused entries are counted per
@@ -149,11 +150,13 @@ def ingest_entries(entries: list[dict], keys: NodeKeys | None = None,
             refused["", Refusal.MALFORMED] += 1
     keys.prepare({entry.node for entry in read if entry is not None})
     verdicts = [None if entry is None else _verdict(entry, keys) for entry in read]
+    _refuse_replays(read, verdicts, admission, started)
     # The signature before the cap: anyone may append entries naming any node, and only
     # what the node really signed may spend its share (HMAC is cheap; inflating is not).
     # One grant for the batch: shared by the consumers, it is a round trip to Redis.
     left = admission.grant(Counter(entry.node for entry, verdict in zip(read, verdicts, strict=True)
                                    if verdict is True), started)
+    taken: list[tuple[str, str]] = []
     for position, (entry, verdict) in enumerate(zip(read, verdicts, strict=True)):
         if budget < wire.ENTRY_INFLATED_MAX:
             outcomes[position:] = [DEFERRED] * (len(entries) - position)
@@ -167,6 +170,7 @@ def ingest_entries(entries: list[dict], keys: NodeKeys | None = None,
             refused[entry.node, Refusal.OVER_CAP] += 1
             continue
         left[entry.node] -= 1
+        taken.append((entry.node, entry.sig))
         try:
             payload, inflated = wire.entry_payload(entry)
         except wire.EntryError as exc:
@@ -190,6 +194,8 @@ def ingest_entries(entries: list[dict], keys: NodeKeys | None = None,
         with_retries(lambda j=job_id, s=status, o=output, e=error, n=node: report_progress(j, s, o, e, node=n),
                      "reporting job progress")
         outcomes[position] = "progress"
+    # Once handled (stored, or stale): taken again, as after a lost acknowledgement, it is a replay.
+    admission.remember(taken, started)
     if refused:
         for (node, reason), count in sorted(refused.items()):
             # An agent never enrolled signs with no key the site knows: say how to enrol it.
@@ -200,6 +206,20 @@ def ingest_entries(entries: list[dict], keys: NodeKeys | None = None,
     if handled := sum(outcome != DEFERRED for outcome in outcomes):
         record_batch(handled, time.monotonic() - started)
     return outcomes
+
+
+def _refuse_replays(read: list[wire.Entry | None], verdicts: list, admission: Admission | SharedAdmission,
+                    now: float) -> None:
+    """Refuse as replays the signed entries that an earlier one of the batch, or one handled
+    lately, has the signature of: before the cap, so that copies of a node's genuine entry,
+    which anyone who got hold of it may append, never spend that node's share."""
+    signed = [(position, (entry.node, entry.sig)) for position, (entry, verdict)
+              in enumerate(zip(read, verdicts, strict=True)) if verdict is True]
+    replays = admission.seen(list(dict.fromkeys(pair for _, pair in signed)), now)
+    for position, pair in signed:
+        if pair in replays:
+            verdicts[position] = Refusal.REPLAY
+        replays.add(pair)
 
 
 def _verdict(entry: wire.Entry, keys: NodeKeys) -> Refusal | bool:

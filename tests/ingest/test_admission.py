@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from gpufleet.ingest import admission as admission_module
 from gpufleet.ingest.admission import Admission, SharedAdmission
 from tests.integration.conftest import own_redis  # noqa: F401  (a redis-server of the test's own)
 
@@ -93,3 +94,16 @@ def test_a_shared_cap_slides_with_the_interval(own_redis):  # noqa: F811
     assert admission.grant({"alpha": 5}) == {"alpha": 1}
     time.sleep(0.35)
     assert admission.grant({"alpha": 5}) == {"alpha": 2}
+
+
+def test_consumers_sharing_redis_share_the_entries_seen_until_the_window_passes(own_redis, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(admission_module, "SEEN_INTERVALS", 1)
+    one, two = (SharedAdmission(own_redis.client(), "test:admitted:", cap=4, interval_s=0.3) for _ in range(2))
+    one.remember([("alpha", "sig-1"), ("bravo", "sig-1")])
+    assert two.seen([("alpha", "sig-1"), ("alpha", "sig-2"), ("bravo", "sig-1")]) == {("alpha", "sig-1"), ("bravo", "sig-1")}
+    time.sleep(0.35)
+    assert two.seen([("alpha", "sig-1")]) == set()
+    local = Admission(cap=4, interval_s=30)
+    local.remember([("alpha", "sig-1")], 0.0)
+    assert local.seen([("alpha", "sig-1"), ("alpha", "sig-2")], 29.0) == {("alpha", "sig-1")}
+    assert local.seen([("alpha", "sig-1")], 31.0) == set()

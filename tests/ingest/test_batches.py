@@ -200,9 +200,9 @@ def test_a_batch_gives_each_entry_its_own_outcome_in_one_store(monkeypatch):
     stores = []
     real = services.ingest_snapshots
     monkeypatch.setattr(stream, "ingest_snapshots", lambda batch: stores.append(len(batch)) or real(batch))
-    entries = [good, forged, other, {}, good]  # {}: no fields at all; the last one redelivered
-    assert stream.ingest_entries(entries) == [ACCEPTED, REJECTED, REJECTED, REJECTED, STALE]
-    assert stores == [2]  # the two whose signatures hold, in one call
+    entries = [good, forged, other, {}, good]  # {}: no fields at all; the last one a copy: a replay
+    assert stream.ingest_entries(entries) == [ACCEPTED, REJECTED, REJECTED, REJECTED, REJECTED]
+    assert stores == [1]  # the one whose signature holds and that is no copy
     assert list(Node.objects.values_list("name", flat=True)) == ["good"]
 
 

@@ -168,3 +168,31 @@ def test_a_consumer_started_on_a_full_redis_reads_on_and_frees_it(client):
     consumer = _consumer(client, "after-a-restart")
     assert consumer.step() == 2
     assert Node.objects.count() == 2 and client.xlen(broker.ingest_key(STREAM)) == 0
+
+
+def test_replays_of_one_of_a_nodes_entries_are_refused_as_replays_without_spending_its_cap(client, settings):
+    # One interval for the whole test: every grant counts against the same cap of 4.
+    settings.GPUFLEET_INGEST_CAP_PER_INTERVAL = 4
+    settings.GPUFLEET_COLLECT_INTERVAL = 10_000_000.0
+    key, start = credentials.enroll("alpha"), datetime.now(UTC) - timedelta(hours=1)
+    genuine = [agent_entry(snapshot("alpha", gpus=1, at=start + timedelta(seconds=30 * i)), key=key)
+               for i in range(4)]
+    consumer = _consumer(client, batch=5)
+    outcomes: list[str] = []
+    handle = consumer.handle
+    consumer.handle = lambda fields: outcomes.extend(handle(fields)) or outcomes[-len(fields):]
+    broker.append(genuine[0], client)
+    consumer.step()
+    # Another broker user appends alpha's first entry again and again, between alpha's own.
+    for entry in genuine[1:]:
+        for _ in range(20):
+            broker.append(genuine[0], client)
+        broker.append(entry, client)
+    while consumer.step():
+        pass
+    assert outcomes.count("accepted") == 4 and len(outcomes) == 64  # every genuine snapshot stored
+    node = Node.objects.get(name="alpha")
+    assert node.collected_at == start + timedelta(seconds=90)
+    assert (node.refused_total, node.refused_last_reason) == (60, Refusal.REPLAY)
+    # The replays took none of the node's grants: its four snapshots took all of them.
+    assert client.llen(f"{broker.ingest_key(STREAM)}:admitted:alpha") == 4

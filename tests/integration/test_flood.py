@@ -222,8 +222,9 @@ def test_bodies_inflated_and_then_refused_count_against_the_batch_bound(settings
     JSON) cost the inflating all the same: a batch of them is cut at the batch bound."""
     settings.GPUFLEET_INGEST_CAP_PER_INTERVAL = 100
     key = credentials.enroll("node-b")
-    body = zlib.compress(b"\0" * (wire.ENTRY_INFLATED_MAX - 1))
-    bombs = [wire.signed_entry(key, "node-b", wire.SNAPSHOT, body) for _ in range(20)]
+    # Each a body of its own: copies of one would be refused as replays before inflating.
+    bombs = [wire.signed_entry(key, "node-b", wire.SNAPSHOT, zlib.compress(b"\0" * (wire.ENTRY_INFLATED_MAX - 1 - i)))
+             for i in range(20)]
     outcomes = stream.in_process(bombs)
     per_batch = stream.BATCH_INFLATED_MAX // wire.ENTRY_INFLATED_MAX
     assert outcomes[:per_batch] == [stream.REFUSED] * per_batch
