@@ -1,5 +1,7 @@
 """A redis-server of the test's own with the users `up` and `enroll` make: no default
-user, the centre's user, node users added by the test. Never the shared broker."""
+user, the centre's user, node users added by the test. Never the shared broker; with
+`as_up`, started by `up`'s own command line (append-only), to be stopped or killed and
+started again."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from gpufleet.core import broker_acl
+from gpufleet.core import broker_acl, launch
 from tests.conftest import missing_service
 
 STREAM = "gpufleet:ingest"
@@ -26,7 +28,7 @@ class AclRedis:
     user, the centre's user), as `up` starts it; or, not `with_aclfile`, with the centre's
     user in its configuration only (ACL SAVE then has nowhere to write)."""
 
-    def __init__(self, folder: Path, with_aclfile: bool = True):
+    def __init__(self, folder: Path, with_aclfile: bool = True, as_up: bool = False):
         self.binary = shutil.which("redis-server")
         if self.binary is None:
             missing_service("redis-server is not installed (apt-get install redis-server)")
@@ -38,15 +40,16 @@ class AclRedis:
             broker_acl.write_aclfile(self.aclfile, [line], [broker_acl.CENTRE_USER])
             self.users = ["--aclfile", str(self.aclfile)]
         else:
-            self.users = ["--user", *line.split()[1:], "--user", "default", "off"]
+            self.users = ["--user", *line.split()[1:], "--user", "default", "reset", *broker_acl.default_rules()]
+        self.command = launch.redis_server(self.binary, self.socket, self.aclfile) if as_up else [
+            self.binary, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
+            "--save", "", "--appendonly", "no", "--dir", str(self.folder), *self.users]
+        self.log = folder / "redis.log"
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [self.binary, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-             "--save", "", "--appendonly", "no", "--dir", str(self.folder), *self.users],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-        )
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -61,6 +64,10 @@ class AclRedis:
             self.proc.terminate()
             self.proc.wait(10)
 
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
     def client(self, username: str | None, password: str | None) -> redis.Redis:
         # No retries: a refused login is the answer, not a reason to try again.
         return redis.Redis(unix_socket_path=str(self.socket), username=username, password=password,
@@ -74,12 +81,12 @@ class AclRedis:
         return f"redis+socket://{username}:{password}@{self.socket}"
 
 
-def running(with_aclfile: bool = True) -> Iterator[AclRedis]:
+def running(with_aclfile: bool = True, as_up: bool = False) -> Iterator[AclRedis]:
     """A started AclRedis in a folder of its own, stopped and removed afterwards (a test's
     fixture yields from it)."""
     # Short: a unix socket's path may not be longer than 107 bytes.
     folder = Path(tempfile.mkdtemp(prefix="gf-acl-", dir="/tmp"))
-    server = AclRedis(folder, with_aclfile)
+    server = AclRedis(folder, with_aclfile, as_up)
     server.start()
     try:
         yield server

@@ -85,6 +85,16 @@ def centre_rules() -> list[str]:
     return ["~*", "&*", "+@all", "-@dangerous", *(f"+{c}" for c in CENTRE_ADMIN_COMMANDS)]
 
 
+def default_rules() -> list[str]:
+    """The rules of the default user: off, so that nobody logs in as it (it has no password
+    either), with the centre's rights, which cover every user's. Redis replays its
+    append-only file as the default user, and before the fix of redis/redis#14541 (Debian's
+    7.0 has none) EXEC checks each queued command against that user's rights: with none, a
+    restart silently drops every transaction of the file (a batch read by a consumer, its
+    acknowledgement, a script's writes), logging a CRITICAL line for each command."""
+    return ["off", *centre_rules()]
+
+
 def _setuser(conn: redis.Redis, user: str, password: str, rules: list[str]) -> None:
     # `reset` first, in the same command: the user never holds old and new rights at once.
     conn.execute_command("ACL", "SETUSER", user, "reset", "on", f">{password}", *rules)
@@ -156,14 +166,14 @@ def aclfile_line(user: str, password: str, rules: list[str]) -> str:
 
 
 def write_aclfile(path: Path, lines: Iterable[str], users: Iterable[str]) -> None:
-    """Rewrite `path` with `lines` in place of the lines of `users` (and of the default user,
-    which is switched off); the other users it holds (nodes enroll saved) stay."""
+    """Rewrite `path` with `lines` in place of the lines of `users` (and of the default user's:
+    default_rules); the other users it holds (nodes enroll saved) stay."""
     replaced = {"default", *users}
     kept = []
     if path.exists():
         kept = [line for line in path.read_text().splitlines()
                 if line.strip() and (line.split() + ["", ""])[1] not in replaced]
-    text = "\n".join(["user default reset", *lines, *kept]) + "\n"
+    text = "\n".join([" ".join(["user default reset", *default_rules()]), *lines, *kept]) + "\n"
     partial = path.with_name(f".{path.name}.new")
     partial.write_text(text)
     partial.chmod(0o600)

@@ -281,6 +281,10 @@ def test_the_users_survive_a_restart_through_the_aclfile_and_nobody_is_default(a
     assert acl_redis.client("node:alpha", "pw-alpha").ping()
     with pytest.raises(redis.RedisError):
         acl_redis.client(None, None).get("x")
+    # The default user holds rights (for Redis's replays) but nobody logs in as it.
+    for password in ("", "nopass", CENTRE_PASSWORD):
+        with pytest.raises(redis.AuthenticationError):
+            acl_redis.client("default", password).ping()
     # `up` rewrites the centre's line at each start and keeps the nodes enroll saved.
     acl_redis.stop()
     line = broker_acl.aclfile_line(broker_acl.CENTRE_USER, CENTRE_PASSWORD, broker_acl.centre_rules())
@@ -304,3 +308,4 @@ def test_the_docs_show_the_rules_as_they_are():
     assert " ".join(broker_acl.node_rules("NODE", f"{STREAM}:TOKEN")) in readme
     assert " ".join(broker_acl.centre_rules()) in readme
     assert f"user {broker_acl.CENTRE_USER} on >%s {' '.join(broker_acl.centre_rules())}" in readme
+    assert f"'user default {' '.join(broker_acl.default_rules())}\\nuser {broker_acl.CENTRE_USER}" in readme

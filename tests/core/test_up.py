@@ -19,7 +19,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from honcho.environ import parse_procfile
 
-from gpufleet.core import launch
+from gpufleet.core import broker_acl, launch
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -213,7 +213,9 @@ def test_its_private_redis_has_no_default_user_and_the_centre_keeps_its_password
     assert oct(password_file.stat().st_mode & 0o777) == "0o600" and oct(acl.stat().st_mode & 0o777) == "0o600"
     lines = acl.read_text().splitlines()
     digest = hashlib.sha256(password_file.read_text().encode()).hexdigest()
-    assert lines[0] == "user default reset"
+    # Off, with rights: Redis replays its file's transactions as the default user.
+    assert lines[0] == "user default reset off ~* &* +@all -@dangerous " + " ".join(
+        f"+{c}" for c in broker_acl.CENTRE_ADMIN_COMMANDS)
     assert lines[1].startswith(f"user gpufleet-centre reset on #{digest} ~* &* +@all -@dangerous ")
     # A node enroll saved stays; the centre's password stays the same at the next start.
     acl.write_text(acl.read_text() + "user node:gpu-017 on #ab ~gpufleet:node:gpu-017:* -@all\n")
