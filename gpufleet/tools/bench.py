@@ -24,7 +24,10 @@ measured in the same run, in a throwaway test database (never the configured one
 - the agent as a GPU host runs it (launch.agent_worker, against a redis-server of the
   bench's own, collecting every second with this host's commands): the resident memory of
   its process tree (the commands it runs included) and its CPU per collection, beside the
-  CPU of the bare commands of a collection run alone.
+  CPU of the bare commands of a collection run alone;
+- a flood of one node's entries ahead of another node's snapshot on the ingest stream, the
+  delay to that snapshot beside the collect interval and beside the same entries only read
+  and acknowledged (gpufleet/tools/bench_flood.py).
 
 `--json` prints one JSON object (figures named with their unit, null where one was
 skipped, with the reason under "skipped"); otherwise a table. Progress goes to stderr.
@@ -58,7 +61,7 @@ from gpufleet.core import broker, launch
 from gpufleet.fleet import broker_users, credentials
 from gpufleet.fleet.models import Device, Finding, Node
 from gpufleet.ingest.services import ingest_snapshot, ingest_snapshots
-from gpufleet.tools import bench_history, bench_lists, bench_metrics, bench_usage, footprint, simulation
+from gpufleet.tools import bench_flood, bench_history, bench_lists, bench_metrics, bench_usage, footprint, simulation
 from gpufleet.tools.backfill import add_history
 from gpufleet.tools.floors import CopyFloor, report_csv_copy
 from gpufleet.tools.workers import START_TIMEOUT_S, WorkerDidNotStart, database_url, running_worker
@@ -184,14 +187,14 @@ class Bench:
     def __init__(self, stdout, stderr):
         self.stdout, self.stderr = stdout, stderr
 
-    def run(self, *, nodes: int, ingest: int, gpus: int, repeat: int, as_json: bool) -> None:
+    def run(self, *, nodes: int, ingest: int, gpus: int, repeat: int, as_json: bool, flood: int = 100_000) -> None:
         setup_test_environment()
         settings.ALLOWED_HOSTS = ["testserver"]
         nodes, repeat = max(1, nodes), max(1, repeat)
         ingest = max(1, min(ingest, nodes))
         self.figures: dict = {"nodes": nodes, "gpus_per_node": gpus, "engine": connection.vendor,
                               "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                              "ingest_sample": ingest, "repeat": repeat}
+                              "ingest_sample": ingest, "repeat": repeat, "flood_size": flood}
         self.skipped: dict[str, str] = {}
         old_name = connection.settings_dict["NAME"]
         # A database of this run's own, so a bench never clobbers a test run's or another bench's.
@@ -231,6 +234,7 @@ class Bench:
                 for key in bench_usage.FIGURES:
                     self._skip(key, reason)
             self._agent_footprint()
+            self._flood(flood)
         finally:
             connection.creation.destroy_test_db(old_name, verbosity=0)
         self.figures["skipped"] = self.skipped
@@ -628,6 +632,23 @@ class Bench:
             self.figures["bare_commands_cpu_per_cycle_s"] = float(f"{bare:.3g}")
             self.figures["ratio_agent_cpu_to_bare_commands"] = round(cpu / bare, 2)
 
+    # --- A flood on the ingest stream ---------------------------------------------
+
+    def _flood(self, size: int) -> None:
+        bench = _bench_broker(settings.CELERY_BROKER_URL)
+        if bench is None:
+            reason = f"the broker {maybe_sanitize_url(settings.CELERY_BROKER_URL)} is not Redis"
+        else:
+            url, client = bench
+            with client:
+                reason = bench_flood.measure_flood(self.figures, client, size,
+                                                   lambda node, at: _snapshot(node, 1, at), self._say)
+            if reason:
+                reason = f"{reason} at {maybe_sanitize_url(url)}"
+        if reason:
+            for key in bench_flood.FIGURES:
+                self._skip(key, reason)
+
     # --- Results -----------------------------------------------------------------
 
     def _targets(self) -> dict:
@@ -652,6 +673,7 @@ class Bench:
             **bench_usage.usage_targets(f),
             "agent_at_most_64_mib": None if f["agent_rss_mib"] is None else f["agent_rss_mib"] <= 64,
             "agent_cpu_at_most_1.2x_bare_commands": at_most(f["ratio_agent_cpu_to_bare_commands"], 1.2),
+            **bench_flood.flood_targets(f),
         }
 
     def _table(self) -> None:
@@ -717,7 +739,7 @@ class Bench:
                 f"{f['history_rollup_core_fraction']:.3f} of a core |")
             out(f"| history kept, raw samples, bytes per sample (not a target) | "
                 f"{f['history_raw_bytes_per_sample']:,.1f} B | - | - | - |")
-        for row in bench_usage.table_rows(f):
+        for row in bench_usage.table_rows(f) + bench_flood.table_rows(f):
             out(row)
         out("")
         out("ingest runs in the order measured (real paths beside the floor runs before and after them; the figures "

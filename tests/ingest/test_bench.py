@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.conftest import IN_CI
+from tests.conftest import HANG_S, IN_CI
+
+pytestmark = pytest.mark.bench
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = ("overview", "node_table_fragment", "node_page", "node_page_24h", "overview_search_name", "overview_search_gpu",
@@ -43,6 +45,7 @@ MEASURED = (
     "usage_hour_rows", *(f"usage_{by}_{what}" for by in USAGE_GROUPINGS for what in ("ms", "queries", "groups", "group_by_ms")),
     *(f"ratio_usage_{by}_to_group_by" for by in USAGE_GROUPINGS), "usage_roll_5m_rows", "usage_roll_1h_rows",
     "usage_roll_1h_s", "history_roll_hour_s", "ratio_usage_roll_to_history_roll",
+    "flood_entries", "flood_delay_s", "flood_read_ack_floor_s", "ratio_flood_to_read_ack_floor",
 )
 FLOORS = ("ingest_copy_floor_per_s", "ratio_ingest_to_copy_floor", "report_csv_copy_floor_ms",
           "ratio_report_csv_to_copy_floor")
@@ -71,8 +74,8 @@ def figures(tmp_path_factory):
     env.pop("DJANGO_SETTINGS_MODULE", None)  # the project's settings, as `manage.py` is run
     proc = subprocess.run(
         [sys.executable, "manage.py", "bench", "--json", "--nodes", "20", "--ingest", "10", "--repeat", "1",
-         "--host-commands", "tests/fakes/bin"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=150,
+         "--flood", "2000", "--host-commands", "tests/fakes/bin"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=HANG_S * 5,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert not list(data.glob("gpufleet_bench_*")), "the throwaway database was left behind"
@@ -163,6 +166,7 @@ def test_in_ci_the_real_path_is_measured(figures):
     assert result["ingest_busy_snapshots_per_s"] > 0
     assert result["ingest_service_snapshots_per_s"] > 0
     assert result["ingest_scaled_snapshots_per_s"] > 0
+    assert result["flood_delay_s"] > 0 and result["flood_read_ack_floor_s"] > 0
     assert (result["ingest_service_consumers"], result["ingest_scaled_consumers"]) == (2, 4)
     best = max(result["ingest_service_snapshots_per_s"], result["ingest_scaled_snapshots_per_s"])
     assert result["fleet_nodes_one_host_keeps_up_with"] == pytest.approx(best * result["collect_interval_s"], abs=50)

@@ -21,14 +21,17 @@ class Command(BaseCommand):
         parser.add_argument("--gpus", type=int, default=8, choices=range(1, wire.GPUS_PER_NODE_MAX + 1),
                             metavar=f"1..{wire.GPUS_PER_NODE_MAX}", help="GPUs per node (at most what a node may report)")
         parser.add_argument("--repeat", type=int, default=5, help="requests per page figure (median)")
+        parser.add_argument("--flood", type=int, default=100_000,
+                            help="entries of one node's flood ahead of another node's snapshot on the ingest stream")
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
         parser.add_argument("--host-commands", metavar="DIR",
                             help="a folder put first on PATH for the agent's figures: the host commands it runs "
                                  "(the test suite's fake host, tests/fakes/bin, on a machine without a GPU)")
 
-    def handle(self, *args, nodes, ingest, gpus, repeat, **options):
+    def handle(self, *args, nodes, ingest, gpus, repeat, flood, **options):
         if folder := options["host_commands"]:
             if not Path(folder).is_dir():
                 raise CommandError(f"--host-commands {folder}: no such folder")
             os.environ["PATH"] = os.pathsep.join([str(Path(folder).resolve()), *os.get_exec_path()])
-        Bench(self.stdout, self.stderr).run(nodes=nodes, ingest=ingest, gpus=gpus, repeat=repeat, as_json=options["json"])
+        Bench(self.stdout, self.stderr).run(nodes=nodes, ingest=ingest, gpus=gpus, repeat=repeat,
+                                            as_json=options["json"], flood=max(1, flood))
