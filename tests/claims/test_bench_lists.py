@@ -12,7 +12,7 @@ from gpufleet.fleet.models import Node
 from gpufleet.tools.bench_lists import populate_lists
 from tests.claims.helpers import make_node
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.bench]
 
 
 def test_it_fills_the_lists_of_a_fleet(viewer_client):

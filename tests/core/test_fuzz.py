@@ -35,6 +35,8 @@ from gpufleet.jobs.models import Job, JobKind
 from tests.claims.helpers import claim
 from tests.factories import ingest
 
+pytestmark = pytest.mark.fuzz
+
 CSRF = "fuzzfuzzfuzzfuzzfuzzfuzzfuzzfuzz"  # any 32 letters make a valid CSRF secret
 NODE = "alpha"
 # Path segments that broke, or could break, something: PostgreSQL refuses NUL in text,

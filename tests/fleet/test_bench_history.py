@@ -11,6 +11,8 @@ from gpufleet.fleet import history, partitions
 from gpufleet.tools import bench_history
 from tests.factories import ingest
 
+pytestmark = pytest.mark.bench
+
 
 def _state() -> dict:
     return {series.name: (series.model.objects.count(), [p.name for p in partitions.partitions(connection, series.table)])

@@ -5,10 +5,13 @@ from __future__ import annotations
 import csv
 import io
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpufleet.gpu import Claim, Device, Info, Ledger, SmiParseError, parse_smi
+
+pytestmark = pytest.mark.fuzz
 
 FAST = settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]

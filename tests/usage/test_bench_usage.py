@@ -14,6 +14,8 @@ from gpufleet.tools import bench_usage
 from gpufleet.usage.models import UsageFiveMinutes, UsageHour
 from tests.factories import ingest
 
+pytestmark = pytest.mark.bench
+
 TARGETS = {"usage_page_by_owner_within_2x_group_by", "usage_page_by_image_within_2x_group_by",
            "usage_page_by_claim_within_2x_group_by", "usage_roll_at_most_10_percent_of_history_roll"}
 
