@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -172,11 +171,12 @@ def test_it_gives_up_on_a_hung_nvidia_smi(fake_host, capsys, monkeypatch):
 
     monkeypatch.setattr(devices, "COMMAND_TIMEOUT_S", 1.0)
     fake_host.smi_hang()
-    started = time.monotonic()
     report, code = _doctor_json(capsys)
-    assert time.monotonic() - started < 5
     assert code == 1
     assert "timed out" in _finding(report, "driver")["message"]
+    # It gives up on the driver there (what it asks of it first, then its query), instead of
+    # waiting out a timeout for each of its other nvidia-smi commands too.
+    assert len(fake_host.calls("nvidia-smi")) == 2
 
 
 def test_it_records_an_unreachable_docker_instead_of_crashing(fake_host, capsys):

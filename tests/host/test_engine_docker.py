@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from gpufleet.agent.adapters import (
@@ -104,10 +102,8 @@ def test_refused_connection(tmp_path):
 
 def test_slow_info_beyond_timeout_is_an_error(engine):
     engine.delay = 3.0
-    started = time.monotonic()
     info = EngineDocker(engine.url, timeout=0.5).info()
-    assert time.monotonic() - started < 2.5
-    assert info.runtimes == ()
+    assert info.runtimes == ()  # a client that waited for the answer would have its runtimes
     assert (
         info.error == f"Docker at {engine.url} is unreachable: no answer within 0.5 s"
     )

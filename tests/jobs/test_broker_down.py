@@ -13,6 +13,7 @@ from django.urls import reverse
 from gpufleet.audit.models import AuditEntry
 from gpufleet.jobs import services
 from gpufleet.jobs.models import Job, JobStatus
+from tests.conftest import HANG_S
 from tests.factories import hx
 
 # Transactional: the job is sent when its transaction commits, as in production.
@@ -55,7 +56,7 @@ def _assert_failed_and_audited(action: str) -> Job:
 def test_diagnose_now_answers_htmx_with_the_failed_job(operator_client, alpha, broker_down):
     started = time.monotonic()
     response = operator_client.post(reverse("jobs:diagnose", args=["alpha"]), **hx())
-    assert time.monotonic() - started < 10  # it does not hang on the broker
+    assert time.monotonic() - started < HANG_S  # it gives up on the broker by itself
     assert response.status_code == 200
     body = response.content.decode()
     assert UNREACHABLE in body
