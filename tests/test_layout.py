@@ -1,4 +1,4 @@
-"""The package order of DESIGN.md, enforced: every `import gpufleet.X` in the
+"""The package order of docs/architecture.md, enforced: every `import gpufleet.X` in the
 code points downwards (or within its own package). Lower layers first:
 
     gpu                      the domain; imports nothing of gpufleet

@@ -80,7 +80,7 @@ def test_gpufleet_uses_no_private_name_of_a_dependency():
 
 
 def test_the_check_finds_what_the_batching_worker_used():
-    # What gpufleet/ingest/tasks.py and pool.py did before the ingest stream.
+    # What the ingest's Celery tasks and worker pool did before the ingest stream.
     before = ast.parse(
         "from celery_batches import Batches\n"
         "from kombu.transport.virtual import QoS\n"

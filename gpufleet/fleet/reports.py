@@ -1,6 +1,6 @@
 """Doctor reports for one node or the fleet, as JSON, CSV and Markdown.
 
-A node report is the doctor's JSON (DESIGN.md) plus `schema_version`,
+A node report is the doctor's JSON (docs/commands.md) plus `schema_version`,
 `collected_at`, `last_seen` and the node `status`. Fleet reports take the
 overview's filtered queryset (`NodeFilter.qs`) and stream: nodes are read in
 chunks, with their devices and findings as plain values (`_chunk_contents`), so the

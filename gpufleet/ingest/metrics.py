@@ -1,12 +1,12 @@
 """Counters of the ingest, for /metrics (gpufleet/api/metrics.py).
 
-The ingest runs in the Celery worker (often several pool processes), the scrape in the
-web process, so a counter kept in one process's memory would never reach the page. They
+The ingest runs in `manage.py ingest` (often several consumers, a process each), the scrape
+in the web process, so a counter kept in one process's memory would never reach the page. They
 meet in prometheus-client's multiprocess mode instead: each process writes its counts
 to small memory-mapped files in PROMETHEUS_MULTIPROC_DIR (set by the settings, under
 GPUFLEET_DATA_DIR, before prometheus-client is imported), and the scrape sums the files
-of all processes, living or gone, so the totals survive a worker restart. That costs no
-database write and no broker round trip per snapshot, only a local file update; worker
+of all processes, living or gone, so the totals survive a consumer's restart. That costs no
+database write and no broker round trip per snapshot, only a local file update; ingest
 and web must share GPUFLEET_DATA_DIR, as they do on the central host. The files of a
 run are removed at the next start of the site (`manage.py clearmetrics`)."""
 

@@ -2,7 +2,7 @@
 read by both fake hosts (the executables in bin/ through FakeHost, the in-memory runner
 in memory.py) and by the domain tests, always through `data_path` / `recording`.
 
-- `smi-*`: rows of gpufleet's own query (DESIGN.md),
+- `smi-*`: rows of gpufleet's own query of the seven reference fields (docs/agent.md),
   `nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu,driver_version
   --format=csv,noheader,nounits`. The 8x H200 and 8x A40 memory and utilization figures are
   from real hosts; the A40 file keeps the units (`46068 MiB`, `76 %`) that some hosts print
