@@ -130,14 +130,65 @@ def deleted_key(key: str) -> str:
     return f"{key}:deleted"
 
 
+def _reported_key(key: str) -> str:
+    # How many of the stream's trims a consumer has reported (new_trims).
+    return f"{key}:trims-reported"
+
+
+# Acknowledges a consumer's entries, deletes them and counts those deleted (deleted_key) in
+# one atomic step: a consumer killed between the deleting and the counting would leave them
+# counted as trimmed. ARGV: the group, then the ids (a few at a time: Lua's unpack is bounded).
+_ACK_AND_DELETE = """
+local deleted = 0
+for i = 2, #ARGV, 1000 do
+    local last = math.min(i + 999, #ARGV)
+    redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, i, last))
+    deleted = deleted + redis.call('XDEL', KEYS[1], unpack(ARGV, i, last))
+end
+if deleted > 0 then redis.call('INCRBY', KEYS[2], deleted) end
+return deleted
+"""
+
+# Raises the count of reported trims (KEYS[1]) to ARGV[1] when that is more; answers by how
+# much. A stream made anew (KEYS[2] gone) starts its count again.
+_REPORT = """
+if redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('DEL', KEYS[1])
+    return 0
+end
+local before = tonumber(redis.call('GET', KEYS[1]) or '0')
+local now = tonumber(ARGV[1])
+if now <= before then return 0 end
+redis.call('SET', KEYS[1], now)
+return now - before
+"""
+
+
+def ack_and_delete(to: redis.Redis, key: str, group: str, ids: list[bytes]) -> int:
+    """Acknowledge `ids` in `group` and delete them from the stream at `key`, counting them
+    as stored (deleted_key), all at once; how many were still in the stream."""
+    return int(to.register_script(_ACK_AND_DELETE)(keys=[key, deleted_key(key)], args=[group, *ids]))
+
+
 def stream_status(to: redis.Redis, stream: str | None = None) -> tuple[int, int]:
     """The ingest stream's length (entries not stored yet) and how many entries its
     MAXLEN trimmed before they were stored, since the stream was made (the centre's:
     ingest_key)."""
     key = ingest_key(stream)
-    try:
-        info = to.xinfo_stream(key)
-    except redis.ResponseError:  # no such stream yet
-        return 0, 0
-    deleted = int(to.get(deleted_key(key)) or 0)
-    return info["length"], max(0, info["entries-added"] - info["length"] - deleted)
+    # Read together: an acknowledgement between the two reads would look like a trim.
+    with to.pipeline(transaction=True) as pipe:
+        pipe.xinfo_stream(key).get(deleted_key(key))
+        try:
+            info, deleted = pipe.execute()
+        except redis.ResponseError:  # no such stream yet
+            return 0, 0
+    return info["length"], max(0, info["entries-added"] - info["length"] - int(deleted or 0))
+
+
+def new_trims(to: redis.Redis, stream: str | None = None) -> int:
+    """How many entries the ingest stream's MAXLEN trimmed unstored that no consumer has
+    reported yet (stream_status), now counted as reported: each trim is told once, by
+    whichever consumer asks first, also one started after it."""
+    key = ingest_key(stream)
+    trimmed = stream_status(to, stream)[1]
+    return int(to.register_script(_REPORT)(keys=[_reported_key(key), key], args=[trimmed]))

@@ -33,7 +33,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from gpufleet import wire
-from gpufleet.core.broker import deleted_key, ingest_key, stream_status
+from gpufleet.core.broker import ack_and_delete, ingest_key, new_trims
 from gpufleet.events import services as events
 from gpufleet.fleet import broker_users, credentials
 from gpufleet.fleet.models import Refusal
@@ -334,7 +334,6 @@ class Consumer:
         self._group_ready = False
         self._own_pending = True  # at the start and after a failed batch: take those again first
         self._next_claim = 0.0
-        self._trimmed: int | None = None
 
     def stop(self, *_) -> None:
         self.stopping = True
@@ -469,7 +468,9 @@ class Consumer:
         _, claimed, deleted = self.client.xautoclaim(self.key, self.group, self.name, self.claim_idle_ms,
                                                       start_id="0-0", count=self.batch)
         if deleted:
-            log.error("%d pending ingest entries were trimmed from the stream before they were stored", len(deleted))
+            # Trimmed while pending: among the trims _report_trims tells (as an error), once.
+            log.warning("%d of the entries trimmed from the stream unstored had been handed to a consumer",
+                        len(deleted))
         if claimed:
             log.warning("took over %d ingest entries a consumer did not acknowledge within %.0f s",
                         len(claimed), self.claim_idle_ms / 1000)
@@ -477,22 +478,8 @@ class Consumer:
         return claimed
 
     def acknowledge(self, ids: list[bytes]) -> None:
-        if not ids:
-            return
-        try:
-            with self.client.pipeline(transaction=True) as pipe:
-                pipe.xack(self.key, self.group, *ids).xdel(self.key, *ids)
-                _, deleted = pipe.execute()
-            # A consumer killed here leaves the count short by this batch: the trims are then
-            # overstated, never hidden.
-            if deleted:
-                self.client.incrby(deleted_key(self.key), deleted)
-        except redis.exceptions.OutOfMemoryError:
-            # Redis at its maxmemory queues no command of a transaction and takes no INCRBY,
-            # but XACK and XDEL alone, which free it: the count is short by this batch, as above.
-            with self.client.pipeline(transaction=False) as pipe:
-                pipe.xack(self.key, self.group, *ids).xdel(self.key, *ids)
-                pipe.execute()
+        if ids:
+            ack_and_delete(self.client, self.key, self.group, ids)
 
     def _forget_idle_consumers(self) -> None:
         # Every process joins under a name of its own: those that hold nothing and were
@@ -503,11 +490,9 @@ class Consumer:
                 self.client.xgroup_delconsumer(self.key, self.group, consumer["name"])
 
     def _report_trims(self) -> None:
-        trimmed = stream_status(self.client, self.stream)[1]
-        if self._trimmed is not None and trimmed > self._trimmed:
+        if trimmed := new_trims(self.client, self.stream):
             log.error("%d ingest entries were trimmed from the stream before they were stored: raise "
-                      "GPUFLEET_INGEST_STREAM_MAXLEN or add consumers", trimmed - self._trimmed)
-        self._trimmed = trimmed
+                      "GPUFLEET_INGEST_STREAM_MAXLEN or add consumers", trimmed)
 
 
 def dead_letter_key(key: str) -> str:
