@@ -387,6 +387,10 @@ GPUFLEET_ALERT_TICK_S = env_float("GPUFLEET_ALERT_TICK_S", 10.0, minimum=1.0)
 GPUFLEET_ALERT_GROUP_S = env_float("GPUFLEET_ALERT_GROUP_S", 30.0, minimum=0.0)
 GPUFLEET_ALERT_RETRY_S = env_float("GPUFLEET_ALERT_RETRY_S", 60.0, minimum=1.0)
 GPUFLEET_ALERT_CLAIM_TIMEOUT_S = env_float("GPUFLEET_ALERT_CLAIM_TIMEOUT_S", 300.0, minimum=10.0)
+# A channel reaches no loopback, link-local, private or reserved address (its admin could
+# probe the centre's own network) unless allowed here: hosts by name, address or CIDR.
+GPUFLEET_ALERT_ALLOW_PRIVATE = env_bool("GPUFLEET_ALERT_ALLOW_PRIVATE", False)
+GPUFLEET_ALERT_ALLOW_HOSTS = env_list("GPUFLEET_ALERT_ALLOW_HOSTS", [])
 GPUFLEET_SITE_URL = os.environ.get("GPUFLEET_SITE_URL") or f"http://{GPUFLEET_BIND}"
 # The longest maintenance the operator role may set (it mutes the node's alerts); longer is the admin role's.
 GPUFLEET_MAINTENANCE_MAX_DAYS = env_int("GPUFLEET_MAINTENANCE_MAX_DAYS", 30, minimum=1)

@@ -19,6 +19,10 @@ os.environ.setdefault("GPUFLEET_SIGNING_KEY", "gpufleet-tests-" + os.environ["GP
 
 from gpufleet.settings import *  # noqa: F403
 
+# The alert receivers the tests send to are on loopback (tests/receivers.py);
+# tests/alerts/test_destinations.py turns this off.
+GPUFLEET_ALERT_ALLOW_PRIVATE = True
+
 # Fast hashing for the personas' passwords; the real hasher is tested by Django.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 

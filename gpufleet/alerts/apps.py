@@ -10,3 +10,4 @@ class AlertsConfig(AppConfig):
 
         # apprise and the HTTP libraries under it log the URLs they reach: secrets.
         channels.guard_logs()
+        channels.guard_destinations()

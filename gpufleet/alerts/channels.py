@@ -3,19 +3,27 @@ channel's credentials (an SMTP password, a webhook's token in its path), so noth
 derived from it leaves this module but its scheme: apprise's own log lines stay with
 apprise, what it says of a failed send comes back with every part of the URL that
 could be secret taken out, and so do the debug lines of the HTTP libraries under it
-(`guard_logs`, from AlertsConfig.ready)."""
+(`guard_logs`, from AlertsConfig.ready).
+
+Where a send may go: a channel's Test would otherwise let its admin reach any address
+the server can (`guard_destinations`)."""
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import logging
 import re
+import socket
+import sys
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import apprise
+from django.conf import settings
 
 # Parts of a URL shorter than this are left in an error text (a port, "json", "to"):
 # replacing them would garble the message and hide nothing worth hiding.
@@ -46,31 +54,42 @@ def problem(url: str) -> str | None:
 
 
 def send(url: str, title: str, body: str) -> Outcome:
-    """Send one notification; what apprise said of a failure, with the secrets out."""
+    """Send one notification; what apprise said of a failure, with the secrets out, or
+    which address `guard_destinations` refused."""
     notifier = apprise.Apprise()
-    with _sending(url):
-        if not notifier.add(url.strip()):
-            return Outcome(False, problem(url) or "apprise cannot use this URL.")
-        try:
-            result = notifier.notify(body=body, title=title, body_format=apprise.NotifyFormat.TEXT)
-        except Exception as exc:
-            # A plugin's bug fails this send, not the sender and the deliveries after it.
-            return Outcome(False, scrub(f"{type(exc).__name__}: {exc}", url))
+    guard = None if settings.GPUFLEET_ALERT_ALLOW_PRIVATE else _Guard(tuple(settings.GPUFLEET_ALERT_ALLOW_HOSTS))
+    guarding = _guard.set(guard)
+    try:
+        with _sending(url):
+            if not notifier.add(url.strip()):
+                return Outcome(False, problem(url) or "apprise cannot use this URL.")
+            try:
+                result = notifier.notify(body=body, title=title, body_format=apprise.NotifyFormat.TEXT)
+            except Exception as exc:
+                # A plugin's bug fails this send, not the sender and the deliveries after it.
+                result, said = False, scrub(f"{type(exc).__name__}: {exc}", url)
+            else:
+                said = scrub("; ".join(dict.fromkeys(entry.message for entry in result.logs())), url)
+    finally:
+        _guard.reset(guarding)
     if result:
         return Outcome(True)
-    said = "; ".join(dict.fromkeys(entry.message for entry in result.logs())) or "apprise reported a failure"
-    return Outcome(False, scrub(said, url))
+    if guard is not None and guard.refused:
+        return Outcome(False, "; ".join(dict.fromkeys(guard.refused)))
+    return Outcome(False, said or "apprise reported a failure")
 
 
 def scrub(text: str, url: str) -> str:
-    """`text` without anything of `url` that may be secret: the whole URL, its user and
-    password, each part of its path and each query value, and the host only where it
-    sits inside a longer secret (hosts are left: an error naming the host helps)."""
+    """`text` without anything of `url` that may be secret, in any letter case: the whole
+    URL, its user and password, its host (some services take a key there, PagerDuty its
+    routing key), each part of its path and each query value."""
     secrets = {url.strip(), url.strip().split("://", 1)[-1]}
     parts = urlsplit(url.strip())
     netloc = parts.netloc
-    if "@" in netloc:
-        userinfo = netloc.rsplit("@", 1)[0]
+    userinfo, _, hostport = netloc.rpartition("@")
+    host = hostport.rsplit(":", 1)[0] if not hostport.endswith("]") else hostport
+    secrets.update({hostport, host, unquote(host), host.strip("[]")})
+    if userinfo:
         secrets.add(userinfo)
         secrets.update(unquote(piece) for piece in userinfo.split(":", 1))
         secrets.update(userinfo.split(":", 1))
@@ -81,8 +100,99 @@ def scrub(text: str, url: str) -> str:
     for _, value in parse_qsl(parts.query, keep_blank_values=True):
         secrets.add(value)
     for secret in sorted((s for s in secrets if len(s) >= _SHORTEST_SECRET), key=len, reverse=True):
-        text = text.replace(secret, "…")
+        text = re.sub(re.escape(secret), "…", text, flags=re.IGNORECASE)
     return text
+
+
+# --- destinations ------------------------------------------------------------------------
+
+_SETTINGS_ADVICE = ("set GPUFLEET_ALERT_ALLOW_PRIVATE=true, or list the host in GPUFLEET_ALERT_ALLOW_HOSTS, to let "
+                    "alerts reach it")
+# The socket operations that reach an address (Python's audit events: sys.addaudithook).
+_REACHING = frozenset({"socket.connect", "socket.sendto", "socket.sendmsg"})
+
+
+@dataclass
+class _Guard:
+    allowed: tuple[str, ...]
+    refused: list[str] = field(default_factory=list)
+
+
+# Set while `send` runs; apprise runs a send on its worker threads in a copy of this context.
+_guard: ContextVar[_Guard | None] = ContextVar("gpufleet_alert_guard", default=None)
+_audit_hook_added = False
+
+
+def guard_destinations() -> None:
+    """Refuse every connection a send makes to a loopback, link-local, private or reserved
+    address (unless allowed), checked on the address the socket is about to reach, after
+    any name was resolved, so a name that resolves there (or is made to later) is refused
+    too. Once per process: an audit hook cannot be removed."""
+    global _audit_hook_added
+    if not _audit_hook_added:
+        sys.addaudithook(_check_destination)
+        _audit_hook_added = True
+
+
+def _check_destination(event: str, args: tuple) -> None:
+    if event not in _REACHING:
+        return
+    guard = _guard.get()
+    if guard is None or args[1] is None:
+        return
+    why = refusal(args[1], guard.allowed)
+    if why is not None:
+        guard.refused.append(why)
+        raise PermissionError(why)
+
+
+def refusal(address, allowed: tuple[str, ...] = ()) -> str | None:
+    """Why a send may not reach the socket address `address` (None when it may). A host
+    name (UDP syslog sends to one) is resolved here and every address of it checked."""
+    if not isinstance(address, tuple):
+        return f"refused to send through a local socket: {_SETTINGS_ADVICE}"
+    for ip in _addresses(str(address[0])):
+        kind = _private_kind(ip)
+        if kind and not _allowed(ip, allowed):
+            return f"refused to send to {ip}, a {kind} address: {_SETTINGS_ADVICE}"
+    return None
+
+
+def _addresses(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    try:
+        return [ipaddress.ip_address(host.split("%", 1)[0])]
+    except ValueError:
+        pass
+    try:
+        found = socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError):
+        return []  # the library's own look-up fails the same way
+    return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in found]
+
+
+def _private_kind(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback:
+        return "loopback"
+    if ip.is_link_local:
+        return "link-local"
+    if ip.is_private:
+        return "private"
+    if ip.is_multicast or ip.is_reserved or ip.is_unspecified or not ip.is_global:
+        return "reserved"
+    return None
+
+
+def _allowed(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, allowed: tuple[str, ...]) -> bool:
+    for entry in allowed:
+        try:
+            if ip in ipaddress.ip_network(entry, strict=False):
+                return True
+        except ValueError:
+            if ip in _addresses(entry):
+                return True
+    return False
 
 
 # --- logs ------------------------------------------------------------------------------

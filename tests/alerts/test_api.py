@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -194,3 +195,58 @@ def test_the_url_never_appears_in_pages_api_audit_or_logs(admin_role_client, adm
     for text in [*shown, audited, logged]:
         assert WEBHOOK_PASSWORD not in text and WEBHOOK_TOKEN not in text
     assert "URL changed" in audited and "500" in logged
+
+
+# Each part of each URL a marker that must never be shown: hosts (PagerDuty's routing key
+# sits there), users, passwords, paths, query values.
+MARKED_URLS = {
+    "pager": "pagerduty://intkeymarkera1@routekeymarkerb2/sourcemarkerc3/componentmarkerd4",
+    "hook": "json://usermarkere5:passmarkerf6@hostmarkerg7.invalid/pathmarkerh8?:headermarkeri9=valuemarkerj0",
+    "mail": "mailto://usermarkerk1:passmarkerl2@mailhostmarkerm3.invalid?to=tomarkern4@example.com",
+}
+
+
+def test_no_part_of_a_failing_channels_url_is_shown_after_it_failed(admin_role_client, admin_api, viewer_client,
+                                                                     alert_settings, monkeypatch):
+    """Three channels failing every try (no name of theirs resolves: the tests never reach
+    the internet), then tested on the page and in the API: neither the answers nor any page
+    or API list a viewer reads carries a part of their URLs."""
+    import socket
+
+    resolve = socket.getaddrinfo
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *args, **kwargs: (
+        resolve(host, *args, **kwargs) if host in ("localhost", "127.0.0.1") else _no_such_host()))
+    for name, url in MARKED_URLS.items():
+        assert admin_role_client.post("/alerts/channels/", {"name": name, "url": url}).status_code == 302
+    channels = list(Channel.objects.all())
+    Rule.objects.get(name="Failing or offline").channels.set(channels)
+    node = Node.objects.create(name="gpu-a01")
+    t0 = datetime(2026, 3, 2, 3, 0, tzinfo=UTC)
+    events.observe([Kind.FINDING], [node.pk], [events.Condition(node.pk, Kind.FINDING, "gpu0.xid", Severity.FAIL,
+                                                               "GPU 0 Xid 79")], t0)
+    for minutes in (5, 6, 8):
+        with time_machine.travel(t0 + timedelta(minutes=minutes), tick=False):
+            services.run_once()
+    assert all(channel.failing for channel in Channel.objects.all())
+    shown = []
+    for channel in channels:
+        shown.append(admin_role_client.post(f"/alerts/channels/{channel.pk}/test/", HTTP_HX_REQUEST="true"))
+        shown.append(admin_role_client.post(f"/alerts/channels/{channel.pk}/test/", follow=True))
+        shown.append(admin_api.post(f"/api/channels/{channel.pk}/test"))
+        shown.append(admin_role_client.get(f"/alerts/channels/{channel.pk}/edit/"))
+        shown.append(viewer_client.get(f"/api/channels/{channel.pk}/"))
+    shown += [viewer_client.get(url) for url in ("/", "/alerts/channels/", "/alerts/deliveries/", "/api/deliveries/",
+                                                 "/api/channels/")]
+    texts = [response.content.decode().lower() for response in shown]
+    assert all(response.status_code == 200 for response in shown)
+    assert "connection error" in texts[-2]  # the reason is there, without the URL
+    for text in texts:
+        found = [marker for marker in re.findall(r"[a-z]+marker[a-z]\d", " ".join(MARKED_URLS.values()))
+                 if marker in text]
+        assert not found, found
+
+
+def _no_such_host():
+    import socket
+
+    raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")

@@ -34,7 +34,8 @@ def test_an_idle_claim_is_warned_and_then_released_end_to_end_through_the_real_b
            "GPUFLEET_RELEASE_IDLE": "true", "GPUFLEET_IDLE_GRACE_HOURS": str(GRACE_HOURS),
            "GPUFLEET_EMAIL_HOST": "127.0.0.1", "GPUFLEET_EMAIL_PORT": str(port_of(inbox)),
            "GPUFLEET_EMAIL_FROM": "gpufleet@example.com", "GPUFLEET_SITE_URL": SITE,
-           "GPUFLEET_ALERT_TICK_S": "1", "GPUFLEET_ALERT_GROUP_S": "0"}
+           "GPUFLEET_ALERT_TICK_S": "1", "GPUFLEET_ALERT_GROUP_S": "0",
+           "GPUFLEET_ALERT_ALLOW_PRIVATE": "true"}  # the webhook is on loopback
 
     with celery_worker("beat", "housekeeping", env, beat_file=tmp_path / "beat") as beat:
         told = wait_for(lambda: Claim.objects.filter(pk=claim.pk, idle_warned_at__isnull=False).first(), 30,
