@@ -26,6 +26,7 @@ SHIPPED["jobs"].append("0002_dcgm_diagnostic")
 SHIPPED["events"].append("0004_dcgm_diagnostic_kind")
 SHIPPED["sso"] = ["0001_initial"]
 SHIPPED["events"].append("0005_ingest_dead_letter_kind")
+SHIPPED["alerts"].append("0002_delivery_muted")
 
 
 def _migrations() -> dict[str, list[Path]]:

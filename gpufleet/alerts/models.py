@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from gpufleet.events.models import Kind, Severity
+from gpufleet.events.models import Kind, Muted, Severity
 
 
 class Channel(models.Model):
@@ -160,6 +160,9 @@ class Delivery(models.Model):
     body = models.TextField(blank=True)
     # Why the last try failed, with the channel's secrets taken out.
     error = models.TextField(blank=True)
+    # Why it was held back (status silenced): its nodes' maintenance, or a silence (which).
+    muted = models.CharField(max_length=12, choices=Muted.choices, blank=True, default=Muted.NO)
+    silence = models.ForeignKey(Silence, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     tries = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     next_try_at = models.DateTimeField(default=timezone.now)
@@ -176,6 +179,11 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rule_name} -> {self.channel_name}: {self.notice} ({self.status})"
+
+    @property
+    def muted_as(self) -> Muted | None:
+        """Why it was held back, for its chip; None when it was not (or before this was kept)."""
+        return Muted(self.muted) if self.muted else None
 
 
 class DeliveryEvent(models.Model):

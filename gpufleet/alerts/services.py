@@ -25,7 +25,6 @@ import re
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
@@ -87,7 +86,8 @@ class _Due:
     rule: Rule
     channel_id: int
     notice: str  # Notice value of the delivery
-    silenced: bool
+    muted: str  # Muted value: why it is held back, if it is
+    silence_id: int | None  # the silence that holds it back
 
 
 def plan(now: datetime | None = None) -> int:
@@ -131,7 +131,7 @@ def _due_opened(rules: list[Rule], now: datetime) -> defaultdict[_Due, list[tupl
     targets = [(rule, [channel.pk for channel in rule.channels.all()], timedelta(minutes=rule.wait_minutes))
                for rule in rules]
     for pk, kind, severity, opened_at, closed_at, name, gpu_models in events:
-        silenced = bool(quiet(name))
+        held = quiet(name), quiet.silence_id(name)
         once = closed_at is not None
         for rule, channel_ids, wait in targets:
             if not rule.matches(kind, severity, name, gpu_models or ""):
@@ -143,12 +143,12 @@ def _due_opened(rules: list[Rule], now: datetime) -> defaultdict[_Due, list[tupl
                 continue
             for channel_id in channel_ids:
                 if (pk, rule.pk, channel_id, Notice.OPENED) not in sent:
-                    due[_Due(rule, channel_id, Notice.OPENED, silenced)].append((pk, Notice.OPENED))
+                    due[_Due(rule, channel_id, Notice.OPENED, *held)].append((pk, Notice.OPENED))
                 elif rule.repeat_hours and not once:
                     repeat = int(open_for / timedelta(hours=rule.repeat_hours))
                     label = f"{Notice.REPEAT}-{repeat}"
                     if repeat >= 1 and (pk, rule.pk, channel_id, label) not in sent:
-                        due[_Due(rule, channel_id, Notice.REPEAT, silenced)].append((pk, label))
+                        due[_Due(rule, channel_id, Notice.REPEAT, *held)].append((pk, label))
     return due
 
 
@@ -172,26 +172,37 @@ def _due_resolved(rules: list[Rule], now: datetime) -> defaultdict[_Due, list[tu
         rule = wanted[rule_id]
         if channel_id not in {channel.pk for channel in rule.channels.all()}:
             continue
-        due[_Due(rule, channel_id, Notice.RESOLVED, bool(quiet(name)))].append((event_id, Notice.RESOLVED))
+        due[_Due(rule, channel_id, Notice.RESOLVED, quiet(name), quiet.silence_id(name))].append(
+            (event_id, Notice.RESOLVED))
     return due
 
 
-def muted(now: datetime) -> Callable[[str | None], Muted]:
+class _Quiet:
+    """What `muted` answers: called with a node's name, why it is muted; `silence_id`,
+    the silence that mutes it (None when none does, or maintenance does)."""
+
+    def __init__(self, silences: list[Silence], in_maintenance: set[str]):
+        self.silences, self.in_maintenance = silences, in_maintenance
+
+    def __call__(self, name: str | None) -> Muted:
+        if name in self.in_maintenance:
+            return Muted.MAINTENANCE
+        return Muted.SILENCED if self.silence_id(name) else Muted.NO
+
+    def silence_id(self, name: str | None) -> int | None:
+        if name in self.in_maintenance:
+            return None
+        return next((silence.pk for silence in self.silences if silence.covers(name)), None)
+
+
+def muted(now: datetime) -> _Quiet:
     """Whether, and why, the notices of a node (by name; None: the site) are muted now:
     Muted.MAINTENANCE while it is in maintenance, else Muted.SILENCED while a silence
-    covers it, else Muted.NO (empty, so false). The one place that says so, for
-    planning, sending and marking events alike. Two statements."""
-    silences = list(Silence.objects.active(now))
-    in_maintenance = set(nodes_in_maintenance(now).values_list("name", flat=True))
-
-    def why(name: str | None) -> Muted:
-        if name in in_maintenance:
-            return Muted.MAINTENANCE
-        if any(silence.covers(name) for silence in silences):
-            return Muted.SILENCED
-        return Muted.NO
-
-    return why
+    covers it (`.silence_id`: the first that ends last), else Muted.NO (empty, so false).
+    The one place that says so, for planning, sending and marking events alike. Two
+    statements."""
+    return _Quiet(list(Silence.objects.active(now)),
+                  set(nodes_in_maintenance(now).values_list("name", flat=True)))
 
 
 def mark_muted(now: datetime | None = None) -> int:
@@ -221,11 +232,12 @@ def _make_deliveries(due: dict[_Due, list[tuple[int, str]]], now: datetime) -> N
     window = timedelta(seconds=settings.GPUFLEET_ALERT_GROUP_S)
     channel_names = dict(Channel.objects.values_list("pk", "name"))
     items = []
+    held = []
     for key, notices in due.items():
         if not notices:
             continue
         delivery = None
-        if not key.silenced:
+        if not key.muted:
             # Locked until these events are in it: a sender claiming it meanwhile waits,
             # then sends them too (unlocked, it could send without them).
             delivery = Delivery.objects.select_for_update().filter(
@@ -235,11 +247,27 @@ def _make_deliveries(due: dict[_Due, list[tuple[int, str]]], now: datetime) -> N
             delivery = Delivery.objects.create(
                 rule=key.rule, rule_name=key.rule.name, channel_id=key.channel_id,
                 channel_name=channel_names.get(key.channel_id, ""), notice=key.notice, created_at=now,
-                status=Status.SILENCED if key.silenced else Status.PENDING, next_try_at=now + window,
+                status=Status.SILENCED if key.muted else Status.PENDING, next_try_at=now + window,
+                muted=key.muted, silence_id=key.silence_id,
             )
+            if key.muted:
+                held.append(delivery)
         items += [DeliveryEvent(delivery=delivery, event_id=event_id, rule=key.rule, channel_id=key.channel_id,
                                 notice=notice) for event_id, notice in notices]
     DeliveryEvent.objects.bulk_create(items)
+    for delivery in held:
+        _write_message(delivery, _events_of(delivery))
+
+
+def _events_of(delivery: Delivery) -> list[Event]:
+    return list(delivery.events.select_related("node").order_by("node__name", "kind", "code"))
+
+
+def _write_message(delivery: Delivery, events: list[Event]) -> None:
+    """Keep what a delivery says (or, held back, would have said), once."""
+    if events and not delivery.title:
+        delivery.title, delivery.body = message(delivery, events)
+        Delivery.objects.filter(pk=delivery.pk).update(title=delivery.title, body=delivery.body)
 
 
 # --- sending -------------------------------------------------------------------------
@@ -284,19 +312,22 @@ def deliver(delivery: Delivery, token: uuid.UUID) -> str:
     is still its own); the status it ended in."""
     now = timezone.now()
     mine = Delivery.objects.filter(pk=delivery.pk, claim_token=token)
-    events = list(delivery.events.select_related("node").order_by("node__name", "kind", "code"))
+    events = _events_of(delivery)
     quiet = muted(now)
     if events and all(quiet(_node_name(e)) for e in events):
-        mine.update(status=Status.SILENCED)
+        # Muted since it was planned: by maintenance if every node is in it, else a silence.
+        names = [_node_name(e) for e in events]
+        silence_id = next((quiet.silence_id(name) for name in names if quiet.silence_id(name)), None)
+        reason = Muted.SILENCED if silence_id else Muted.MAINTENANCE
+        if mine.update(status=Status.SILENCED, muted=reason, silence_id=silence_id):
+            _write_message(delivery, events)
         return Status.SILENCED
     channel = delivery.channel
     if channel is None or delivery.tries > MAX_TRIES:
         error = "its channel was deleted" if channel is None else "its sender stopped while sending, too often"
         mine.update(status=Status.FAILED, error=error)
         return Status.FAILED
-    if not delivery.title:
-        delivery.title, delivery.body = message(delivery, events)
-        mine.update(title=delivery.title, body=delivery.body)
+    _write_message(delivery, events)
     outcome = channels.send(channel.url, delivery.title, delivery.body)
     now = timezone.now()
     if outcome.sent:

@@ -186,7 +186,8 @@ def delivery_list(request: HttpRequest) -> HttpResponse:
     """Every notification, newest first, filtered by status and channel; HTMX gets the
     table alone."""
     form = DeliveryFilterForm(request.GET or None)
-    rows = Delivery.objects.annotate(event_count=Count("events")).order_by("-created_at", "-id")
+    rows = Delivery.objects.select_related("silence").annotate(event_count=Count("events")).order_by("-created_at",
+                                                                                                    "-id")
     if form.is_valid():
         if form.cleaned_data["status"]:
             rows = rows.filter(status=form.cleaned_data["status"])

@@ -22,7 +22,7 @@ from gpufleet.api.errors import ApiError, errors
 from gpufleet.api.pagination import Pages
 from gpufleet.api.schemas import Out, Time
 from gpufleet.core.access import MANAGE_ALERTS, can
-from gpufleet.events.models import Kind, Severity
+from gpufleet.events.models import Kind, Muted, Severity
 
 router = Router()
 
@@ -329,7 +329,10 @@ class DeliveryOut(Out):
     events: list[int] = Field(description="the ids of its events (GET /api/events/)")
     tries: int
     error: str = Field(description="why the last try failed, without the channel's URL")
-    title: str
+    muted: str = Field(json_schema_extra={"enum": Muted.values},
+                       description="why it was held back (status silenced): silenced or maintenance")
+    silence: int | None = Field(description="the silence that held it back (GET /api/silences/)")
+    title: str = Field(description="what it said, or would have said when held back")
     created_at: Time
     next_try_at: Time
     sent_at: Time
@@ -338,7 +341,8 @@ class DeliveryOut(Out):
 def _delivery(row: Delivery) -> dict:
     return {"id": row.pk, "rule": row.rule_name, "channel": row.channel_name, "notice": row.notice,
             "status": row.status, "events": sorted(item.event_id for item in row.items.all()), "tries": row.tries,
-            "error": row.error, "title": row.title, "created_at": _iso(row.created_at),
+            "error": row.error, "muted": row.muted, "silence": row.silence_id, "title": row.title,
+            "created_at": _iso(row.created_at),
             "next_try_at": _iso(row.next_try_at), "sent_at": _iso(row.sent_at)}
 
 
