@@ -39,7 +39,7 @@ class Claim(models.Model):
     # Device ids of this claim that the node no longer reports; set at ingest.
     missing_devices = models.JSONField(default=list, blank=True)
     # Set at ingest while none of the claim's GPUs has done any work for
-    # GPUFLEET_IDLE_HOURS (gpu.Ledger.idle_claims): since when they have been idle.
+    # GPUFLEET_IDLE_HOURS (gpu.accounting.idle_claims): since when, never before the claim began.
     idle_since = models.DateTimeField(null=True, blank=True, editable=False)
     # When the central beat told the owner that the claim sits idle (gpufleet/usage/idle.py);
     # a warning from before the current idle_since is one of an earlier idle spell.

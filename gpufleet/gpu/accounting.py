@@ -4,10 +4,11 @@ its GPUs for the interval it covers. Pure: the centre stores the lines
 
 Each GPU of the snapshot is given to at most one claim. One that pins it, or takes
 every GPU, holds it. A claim for a count of GPUs holds no particular GPU, so for
-accounting it is given unpinned ones: first those busy with a container labelled
-with its name, then other busy ones, then idle ones, up to its count (oldest claim
-first). So a count claim's reserved hours are its count, and its used hours are the
-work found on the GPUs it could be using.
+accounting it is given unpinned ones, up to its count (oldest claim first): first
+those busy with a container labelled with its name; then busy ones no claim's label
+names, only as many as are more than the other count claims still want (work that may
+be theirs is not its own); then idle ones; then any busy ones left. So a count claim's
+reserved hours are its count, and its used hours are the work that can only be its own.
 
 A GPU's interval is then split evenly among the containers on it (those running a
 process there when it is busy, those attached to it when it is not; a process
@@ -16,11 +17,12 @@ GPU time and the lines of a snapshot add up to its GPU count times the interval.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from gpufleet.gpu.devices import Device
-from gpufleet.gpu.ledger import Ledger, containers_on
+from gpufleet.gpu.ledger import Claim, Ledger, containers_on
 from gpufleet.gpu.usage import IdleRule
 
 
@@ -87,11 +89,54 @@ def holders(ledger: Ledger, rule: IdleRule) -> dict[int, int]:
     busy = [d for d in free if rule.busy(d)]
     for position, claim in counts:  # labelled for this claim first
         give((d for d in busy if claim.name.lower() in _labels(d)), position)
+    names = {c.name.lower() for c in claims}
+    unlabelled = [d for d in busy if d.index not in held and not _labels(d) & names]
+    # Each is given the unlabelled work beyond what all the others still want, from one
+    # reading of the wants, so the order of the claims does not decide whose it is.
+    spare = len(unlabelled) - sum(wanted.values())
+    shares = {position: max(0, want + spare) for position, want in wanted.items()}
+    for position, share in shares.items():
+        taken = unlabelled[:min(share, wanted[position])]
+        give(taken, position)
+        unlabelled = unlabelled[len(taken):]
     for position, _ in counts:
-        give(busy, position)
+        give((d for d in free if not rule.busy(d)), position)
     for position, _ in counts:
         give(free, position)
     return held
+
+
+def idle_claims(
+    ledger: Ledger, quiet_since: Mapping[int, datetime], started: Sequence[datetime], cutoff: datetime,
+    rule: IdleRule,
+) -> list[tuple[Claim, tuple[int, ...], datetime]]:
+    """The claims that did no work since `cutoff`, each with the GPUs that decided it and
+    since when it has been idle: the later of its start (`started`, by position in
+    ledger.claims) and the last work on those GPUs (`quiet_since`: since when each GPU,
+    by index, did none). A pinned claim is judged by the GPUs it pins, one taking every
+    GPU by all of them, a count by the unpinned GPUs but those busy with another claim's
+    work: given to it (see `holders`) or labelled with its name. A claim left with no GPU
+    on the node is not idle (its GPUs are missing, which is flagged apart)."""
+    held = holders(ledger, rule)
+    names = {c.name.lower() for c in ledger.claims}
+    pinned_anywhere = {index for c in ledger.claims for index in ledger.pinned(c)}
+    devices = ledger.info.devices
+    found = []
+    for position, claim in enumerate(ledger.claims):
+        if claim.device_ids:
+            judged = tuple(sorted(ledger.pinned(claim)))
+        elif claim.all:
+            judged = tuple(d.index for d in devices)
+        else:
+            others = names - {claim.name.lower()}
+            judged = tuple(d.index for d in devices if d.index not in pinned_anywhere and not (
+                rule.busy(d) and (held.get(d.index, position) != position or _labels(d) & others)))
+        if not judged:
+            continue
+        since = max(started[position], *(quiet_since[i] for i in judged))
+        if since <= cutoff:
+            found.append((claim, judged, since))
+    return found
 
 
 def account(ledger: Ledger, seconds: float, rule: IdleRule) -> dict[Key, Seconds]:

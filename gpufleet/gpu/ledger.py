@@ -275,27 +275,6 @@ class Ledger:
                     found.append((device, container, f"GPU {device.index} is held by {holder!r}"))
         return found
 
-    def idle_claims(self, idle: Iterable[int]) -> list[tuple[Claim, tuple[int, ...]]]:
-        """The claims none of whose GPUs did any work, each with the GPUs that decided
-        it (`idle`: the indexes of the GPUs that sat idle long enough to say so). A
-        pinned claim is judged by the GPUs it pins, one taking every GPU by all of them,
-        a count by the GPUs no claim pins: a count holds no particular GPU, so work on
-        any of those may be its own. A claim left with no GPU on the node is not idle
-        (its GPUs are missing, which is flagged apart)."""
-        idle = set(idle)
-        pinned_anywhere = {index for c in self.claims for index in self.pinned(c)}
-        everyone = tuple(d.index for d in self.info.devices)
-        unpinned = tuple(i for i in everyone if i not in pinned_anywhere)
-        found = []
-        for claim in self.claims:
-            if claim.device_ids:
-                judged = tuple(sorted(self.pinned(claim)))
-            else:
-                judged = everyone if claim.all else unpinned
-            if judged and idle.issuperset(judged):
-                found.append((claim, judged))
-        return found
-
     def pinned(self, claim: Claim) -> set[int]:
         """Indexes of the GPUs a claim pins; ids no longer on the node pin nothing."""
         indexes = set()

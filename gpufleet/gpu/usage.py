@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from gpufleet.gpu.devices import Device
 from gpufleet.gpu.findings import Finding, Status
-from gpufleet.gpu.ledger import Ledger
+from gpufleet.gpu.ledger import Claim, Ledger
 from gpufleet.gpu.processes import CLAIM_LABEL, GpuProcess
 
 # A finding names at most this many GPUs or processes, then counts the rest.
@@ -40,10 +41,12 @@ class IdleRule:
         return bool(device.processes) or (utilization is not None and utilization >= self.util_percent)
 
 
-def claim_use_findings(ledger: Ledger, idle: Iterable[int] = (), rule: IdleRule = IdleRule()) -> list[Finding]:
+def claim_use_findings(
+    ledger: Ledger, idle_claims: Iterable[tuple[Claim, tuple[int, ...], datetime]] = (), rule: IdleRule = IdleRule()
+) -> list[Finding]:
     """"Used but unclaimed", "attached but unclaimed", "in the wrong place" and
-    "claimed but idle" for one node (`idle`: the indexes of the GPUs idle for the
-    rule's hours); none when the claims and the work on the GPUs agree."""
+    "claimed but idle" for one node (`idle_claims`: as accounting.idle_claims finds
+    them); none when the claims and the work on the GPUs agree."""
     found = []
     unclaimed = ledger.unclaimed_use()
     # In use is what the rule calls work; a GPU that only has a container attached
@@ -82,7 +85,7 @@ def claim_use_findings(ledger: Ledger, idle: Iterable[int] = (), rule: IdleRule 
                 "Start the container on its claim's GPUs (docker run --gpus '\"device=<ids>\"'), or edit the claim.",
             )
         )
-    if idle_claims := ledger.idle_claims(idle):
+    if idle_claims := list(idle_claims):
         found.append(
             Finding(
                 "claim-idle",
@@ -90,7 +93,7 @@ def claim_use_findings(ledger: Ledger, idle: Iterable[int] = (), rule: IdleRule 
                 Status.WARN,
                 f"{_count(len(idle_claims), 'claim')} with no process and under {rule.util_percent:g}% utilization"
                 f" on any of its GPUs for {rule.hours:g} h: "
-                + _listed([f"{claim.name!r} ({_gpus(indexes)})" for claim, indexes in idle_claims]),
+                + _listed([f"{claim.name!r} ({_gpus(indexes)})" for claim, indexes, _ in idle_claims]),
                 "Release the claim if its work is done (or shrink it), or find out why its workload is not running.",
             )
         )

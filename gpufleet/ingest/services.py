@@ -168,8 +168,10 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
         covered = usage.covered(node.collected_at, snapshot.collected_at)
         # The node as this snapshot reports it, before its ledger is made from it.
         _update_node(node, snapshot, gpus[node.pk], now)
-        idle = _idle_gpus(idle_since[node.pk], snapshot.collected_at, rule)
-        ledger, changed = _flag_claims(node, gpus[node.pk], claims[node.pk], idle)
+        ledger = node.ledger(gpus=gpus[node.pk], claims=claims[node.pk])
+        idle = accounting.idle_claims(ledger, idle_since[node.pk], [c.created_at for c in claims[node.pk]],
+                                      snapshot.collected_at - timedelta(hours=rule.hours), rule)
+        changed = _flag_claims(ledger, claims[node.pk], idle)
         changed_claims += changed
         holders = [usage.Holder(c.pk, c.name, c.owner_name or "") for c in claims[node.pk]]
         used += usage.rows(node.pk, node.name, snapshot.collected_at, holders,
@@ -304,13 +306,6 @@ def idle_rule() -> gpu.IdleRule:
     return gpu.IdleRule(util_percent=settings.GPUFLEET_IDLE_UTIL_PERCENT, hours=settings.GPUFLEET_IDLE_HOURS)
 
 
-def _idle_gpus(idle_since: dict[int, datetime], at, rule: gpu.IdleRule) -> dict[int, datetime]:
-    """Of the node's GPUs (since when each did no work, by index), those that did no
-    work for the rule's hours up to `at`."""
-    cutoff = at - timedelta(hours=rule.hours)
-    return {index: since for index, since in idle_since.items() if since <= cutoff}
-
-
 def _lost_devices(nodes: list[Node]) -> dict[int, list[Device]]:
     lost: dict[int, list[Device]] = {node.pk: [] for node in nodes}
     for device in Device.objects.filter(node_id__any=list(lost), vanished_at__isnull=False).order_by("node_id", "index"):
@@ -328,7 +323,7 @@ def _claims(nodes: list[Node]) -> dict[int, list[Claim]]:
 
 def _central_findings(
     snapshot: Snapshot, devices: tuple[gpu.Device, ...], lost: list[Device], ledger: gpu.Ledger,
-    idle: dict[int, datetime], rule: gpu.IdleRule, acks: dict[str, XidAcknowledgement], diagnostic: dict | None = None,
+    idle: list[tuple[gpu.Claim, tuple[int, ...], datetime]], rule: gpu.IdleRule, acks: dict[str, XidAcknowledgement], diagnostic: dict | None = None,
 ) -> list[gpu.Finding]:
     """The agent's findings as the centre keeps them: acknowledged Xids cleared, and
     what only the centre knows added: lost GPUs, overlapping claims, claims against the
@@ -387,15 +382,12 @@ def _lost_capacity_finding(lost: list[Device]) -> gpu.Finding | None:
 
 
 def _flag_claims(
-    node: Node, gpus: tuple[gpu.Device, ...], claims: list[Claim], idle: dict[int, datetime]
-) -> tuple[gpu.Ledger, list[Claim]]:
-    """The node's ledger, and its claims whose flags changed, for the caller to save:
-    missing_devices (ids the node no longer has) and idle_since (since when none of
-    its GPUs did work, while that is longer than the idle rule's hours)."""
-    ledger = node.ledger(gpus=gpus, claims=claims)
-    idle_since = {
-        claim.name.lower(): max(idle[i] for i in indexes) for claim, indexes in ledger.idle_claims(idle)
-    }
+    ledger: gpu.Ledger, claims: list[Claim], idle: list[tuple[gpu.Claim, tuple[int, ...], datetime]]
+) -> list[Claim]:
+    """The node's claims whose flags changed, for the caller to save: missing_devices
+    (ids the node no longer has) and idle_since (since when the claim did no work, while
+    that is longer than the idle rule's hours: accounting.idle_claims)."""
+    idle_since = {claim.name.lower(): since for claim, _, since in idle}
     changed = []
     for claim in claims:
         missing = [i for i in claim.device_ids if ledger.resolve(i) is None]
@@ -403,7 +395,7 @@ def _flag_claims(
         if missing != claim.missing_devices or since != claim.idle_since:
             claim.missing_devices, claim.idle_since = missing, since
             changed.append(claim)
-    return ledger, changed
+    return changed
 
 
 # The node columns each accepted snapshot rewrites.

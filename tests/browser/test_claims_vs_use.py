@@ -9,6 +9,7 @@ import shutil
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import time_machine
 from playwright.sync_api import expect
 
 from gpufleet import gpu
@@ -52,8 +53,9 @@ def test_the_node_page_shows_who_is_on_each_gpu_and_claims_vs_use_sorts(page, op
     day_ago = datetime.now(UTC) - timedelta(hours=25)
     assert ingest_snapshot(_work(day_ago)).outcome == "accepted"
     node = Node.objects.get(name=NODE)
-    claims.save_claim(node, gpu.Claim(name="train-llm", device_ids=("0", "1")), operator)
-    claims.save_claim(node, gpu.Claim(name="notebooks", device_ids=("5",)), operator)
+    with time_machine.travel(day_ago, tick=False):  # a claim is idle from its start
+        claims.save_claim(node, gpu.Claim(name="train-llm", device_ids=("0", "1")), operator)
+        claims.save_claim(node, gpu.Claim(name="notebooks", device_ids=("5",)), operator)
     assert ingest_snapshot(_work(datetime.now(UTC))).outcome == "accepted"
     other = snapshot("a40-f02", 4)
     other["devices"][1]["processes"] = [{"pid": 9, "name": "python3", "used_mib": 1024,

@@ -11,6 +11,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import time_machine
 
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
@@ -41,11 +42,13 @@ def fleet(operator):
     ingest_snapshot(_busy("beta", label="train"))
     claim(Node.objects.get(name="beta"), "train", operator, device_ids=["0"])
     ingest_snapshot(_busy("beta", at=datetime.now(UTC) + timedelta(seconds=1), label="train"))
-    quiet = snapshot("gamma", 4, at=datetime.now(UTC) - timedelta(hours=25))
+    day_ago = datetime.now(UTC) - timedelta(hours=25)
+    quiet = snapshot("gamma", 4, at=day_ago)
     for device in quiet["devices"]:
         device["utilization_percent"] = 0
     ingest_snapshot(quiet)
-    claim(Node.objects.get(name="gamma"), "notebooks", operator, count=2)
+    with time_machine.travel(day_ago, tick=False):  # a claim is idle from its start
+        claim(Node.objects.get(name="gamma"), "notebooks", operator, count=2)
     quiet["collected_at"] = datetime.now(UTC).isoformat()
     ingest_snapshot(quiet)
 

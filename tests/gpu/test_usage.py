@@ -3,9 +3,13 @@ labelled with a claim running on GPUs that claim does not hold."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from gpufleet.gpu import Claim, Device, IdleRule, Info, Ledger, Status, claim_use_findings
+from gpufleet.gpu.accounting import holders
+from gpufleet.gpu.accounting import idle_claims as idle_claims_of
 from gpufleet.gpu.processes import Container, GpuProcess, containers_from_payload
 
 UUIDS = [f"GPU-{i:08x}-aaaa-bbbb-cccc-dddddddddddd" for i in range(4)]
@@ -114,8 +118,18 @@ def test_a_gpu_at_work_with_an_attached_container_is_in_use():
 # --- Claimed but idle ----------------------------------------------------------
 
 
-def idle_claims(info: Info, idle: set[int], *claims: Claim) -> list[tuple[str, tuple[int, ...]]]:
-    return [(claim.name, gpus) for claim, gpus in Ledger(info, claims).idle_claims(idle)]
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
+HOURS = 24
+
+
+def idle_claims(info: Info, idle: set[int], *claims: Claim, started: datetime = T0):
+    """The idle claims when the GPUs in `idle` did no work since T0 and the others worked
+    a moment ago, the claims made at `started`, judged a day after T0."""
+    quiet_since = {d.index: T0 if d.index in idle else T0 + timedelta(hours=HOURS) for d in info.devices}
+    now = T0 + timedelta(hours=HOURS)
+    found = idle_claims_of(Ledger(info, claims), quiet_since, [started] * len(claims), now - timedelta(hours=HOURS),
+                           IdleRule(hours=HOURS))
+    return [(claim.name, gpus) for claim, gpus, _ in found]
 
 
 def test_a_pinned_claim_is_idle_only_when_every_gpu_it_pins_is():
@@ -139,16 +153,52 @@ def test_a_claim_whose_gpus_are_gone_is_not_idle():
     assert idle_claims(node({}), {0, 1, 2, 3}, Claim("old", device_ids=("GPU-gone",))) == []
 
 
+def test_a_claim_is_idle_from_its_start_when_its_gpus_were_idle_before_it():
+    info, claim = node({}), Claim("train", count=2)
+    # GPUs idle for a day, a claim made 40 s ago: not idle yet, and not "since" before it existed.
+    assert idle_claims(info, {0, 1, 2, 3}, claim, started=T0 + timedelta(hours=HOURS, seconds=-40)) == []
+    made = T0 + timedelta(hours=1)
+    quiet_since = dict.fromkeys(range(4), T0)
+    cutoff = made + timedelta(hours=HOURS)
+    [(_, _, since)] = idle_claims_of(Ledger(info, [claim]), quiet_since, [made], cutoff, IdleRule(hours=HOURS))
+    assert since == made  # the later of its start and its GPUs' last work
+
+
+def test_a_count_claim_is_not_credited_with_the_other_claims_labelled_work():
+    box = container("trainer", "train")
+    # "train" (a count of 2) runs on three GPUs; "quiet" runs nothing of its own.
+    info = node({0: [on(0, box=box)], 1: [on(1, box=box)], 2: [on(2, box=box)]})
+    claims = (Claim("quiet", count=1), Claim("train", count=2))
+    assert idle_claims(info, {3}, *claims) == [("quiet", (3,))]
+    assert holders(Ledger(info, claims), IdleRule()) == {0: 1, 1: 1, 3: 0}
+
+
+def test_a_count_claim_is_credited_unlabelled_work_only_beyond_what_the_others_want():
+    # Two GPUs busy with work no label names: the older "quiet" may not take it, as the
+    # newer "train" (a count of 2) explains it all.
+    info = node({0: [on(0)], 1: [on(1)]})
+    claims = (Claim("quiet", count=2), Claim("train", count=2))
+    assert idle_claims(info, {2, 3}, *claims) == [("quiet", (2, 3))]
+    assert holders(Ledger(info, claims), IdleRule()) == {2: 0, 3: 0, 0: 1, 1: 1}
+    # Three busy: one is more than "train" wants, so it may be (and is) quiet's.
+    busier = node({0: [on(0)], 1: [on(1)], 2: [on(2)]})
+    assert idle_claims(busier, {3}, *claims) == []
+    assert holders(Ledger(busier, claims), IdleRule()) == {0: 0, 3: 0, 1: 1, 2: 1}
+
+
 def test_the_idle_finding_names_each_claim_its_gpus_and_the_rule():
     info = node({}, idle={1: [container("notebook", "train")]})
     claims = (Claim("train", device_ids=("1",)), Claim("eval", count=1))
-    found = {f.code: f for f in claim_use_findings(Ledger(info, claims), {0, 1, 2, 3}, IdleRule(5, 24))}
+    ledger = Ledger(info, claims)
+    quiet_since = dict.fromkeys(range(4), T0)
+    idle = idle_claims_of(ledger, quiet_since, [T0, T0], T0 + timedelta(hours=24), IdleRule(5, 24))
+    found = {f.code: f for f in claim_use_findings(ledger, idle, IdleRule(5, 24))}
     idle = found["claim-idle"]
     assert idle.status == Status.WARN and idle.name == "Claimed but idle"
     assert idle.message == ("2 claims with no process and under 5% utilization on any of its GPUs for 24 h:"
                             " 'train' (GPU 1); 'eval' (GPUs 0, 2, 3)")
     assert "use-unclaimed" not in found  # the attached container is train's, and the claim holds GPU 1
-    assert claim_use_findings(Ledger(info, claims), set(), IdleRule()) == []
+    assert claim_use_findings(ledger, [], IdleRule()) == []
 
 
 def test_work_is_a_process_or_utilization_at_the_threshold_never_an_attached_container():

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import time_machine
 
 from gpufleet import gpu
 from gpufleet.claims import services as claims
@@ -72,9 +73,11 @@ def _quiet(at, busy_gpu: int | None = None) -> dict:
     return snap
 
 
-def _train_claim(operator) -> None:
+def _train_claim(operator, at: datetime | None = None) -> None:
+    """The claim "train" on GPUs 0 and 1, made `at` (now): a claim is idle from its start."""
     node = Node.objects.get(name="alpha")
-    claims.save_claim(node, gpu.Claim(name="train", device_ids=("0", "1")), operator)
+    with time_machine.travel(at or datetime.now(UTC), tick=False):
+        claims.save_claim(node, gpu.Claim(name="train", device_ids=("0", "1")), operator)
 
 
 def test_one_quiet_snapshot_is_not_an_idle_claim(operator):
@@ -90,7 +93,7 @@ def test_a_claim_quiet_for_the_idle_hours_is_claimed_but_idle_until_its_gpus_wor
     now = datetime.now(UTC) - timedelta(hours=25)  # the story ends about now
     first_seen = now - timedelta(hours=25)
     ingest_snapshot(_quiet(first_seen))
-    _train_claim(operator)
+    _train_claim(operator, first_seen)
     ingest_snapshot(_quiet(now - timedelta(hours=2)))
     ingest_snapshot(_quiet(now))
     node = Node.objects.get(name="alpha")
@@ -112,11 +115,12 @@ def test_a_claim_quiet_for_the_idle_hours_is_claimed_but_idle_until_its_gpus_wor
 def test_work_two_hours_ago_keeps_a_claim_off_the_idle_list(operator):
     now = datetime.now(UTC)
     ingest_snapshot(_quiet(now - timedelta(hours=30)))
-    _train_claim(operator)
+    _train_claim(operator, now - timedelta(hours=30))
     ingest_snapshot(_quiet(now - timedelta(hours=2), busy_gpu=0))
     ingest_snapshot(_quiet(now))
     assert "claim-idle" not in _codes()
     # A count claim is judged by the unpinned GPUs, which never worked.
-    claims.save_claim(Node.objects.get(name="alpha"), gpu.Claim(name="eval", count=1), operator)
+    with time_machine.travel(now - timedelta(hours=25), tick=False):
+        claims.save_claim(Node.objects.get(name="alpha"), gpu.Claim(name="eval", count=1), operator)
     ingest_snapshot(_quiet(now + timedelta(seconds=30)))
     assert "'eval' (GPUs 2, 3)" in Node.objects.get(name="alpha").findings.get(code="claim-idle").message

@@ -8,6 +8,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import time_machine
 
 from gpufleet import gpu
 from gpufleet.claims import services
@@ -56,7 +57,9 @@ def idle_claim(settings, owner, node: str = "alpha", gpus: int = 2, minutes: int
     quiet(node, gpus, start)
     from gpufleet.fleet.models import Node
 
-    claim = services.save_claim(Node.objects.get(name=node), gpu.Claim("train", count=gpus), owner)
+    # Made with the first snapshot: a claim is never idle from before it began.
+    with time_machine.travel(start, tick=False):
+        claim = services.save_claim(Node.objects.get(name=node), gpu.Claim("train", count=gpus), owner)
     at = start + STEP
     while at <= end:
         quiet(node, gpus, at)

@@ -77,16 +77,17 @@ def test_busy_by_utilization_alone_counts_as_busy_for_a_count_claim():
     assert held(info, Claim("n", count=1)) == {2: 0}
 
 
-def test_count_claims_are_served_oldest_first_after_every_claim_s_labelled_gpus():
+def test_count_claims_share_unlabelled_work_only_beyond_what_the_others_want():
     info = node(
         gpu(0),
         gpu(1, procs=[on(1)]),
         gpu(2, procs=[on(2, box("b", claim="newer"))]),
         gpu(3, procs=[on(3)]),
     )
-    # "older" (first) takes the unlabelled busy GPUs before "newer" may, but not the
-    # GPU labelled for "newer", which "newer" takes first.
-    assert held(info, Claim("older", count=2), Claim("newer", count=2)) == {2: 1, 1: 0, 3: 0, 0: 1}
+    # "newer" takes the GPU labelled for it first. Of the two unlabelled busy GPUs, one is
+    # more than "newer" still wants, so it is "older"'s; the other could be either's: the
+    # idle GPU goes out first (oldest claim first), then that one.
+    assert held(info, Claim("older", count=2), Claim("newer", count=2)) == {2: 1, 1: 0, 0: 0, 3: 1}
 
 
 def test_count_claims_are_capped_by_the_gpus_no_pinned_claim_holds():

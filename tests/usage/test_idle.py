@@ -6,19 +6,24 @@ told again. Work on its GPUs ends the spell and its warning."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
+import time_machine
 from django.utils import timezone
 
+from gpufleet import gpu
 from gpufleet.alerts import services as alerts
 from gpufleet.alerts.models import Channel, Rule
 from gpufleet.audit.models import AuditEntry
+from gpufleet.claims import services
 from gpufleet.claims.models import Claim
 from gpufleet.events.models import Event, Kind
 from gpufleet.fleet.models import Node
+from gpufleet.ingest.services import ingest_snapshot
 from gpufleet.usage import idle, tasks
 from gpufleet.usage.report import report
+from tests.factories import snapshot
 from tests.usage.owner_mail import SITE, STEP, idle_claim, mail_fixture, quiet  # noqa: F401 (the mail fixture)
 
 pytestmark = pytest.mark.django_db
@@ -142,3 +147,64 @@ def test_the_task_is_on_the_central_beat():
     entry = next(e for e in live.CELERY_BEAT_SCHEDULE.values() if e["task"] == "gpufleet.usage.tasks.idle_claims")
     assert entry["schedule"] == live.GPUFLEET_COLLECT_INTERVAL
     assert live.CELERY_TASK_DEFAULT_QUEUE == "housekeeping"
+
+
+def _report(at: datetime, gpus: int = 4, trainer_on: tuple[int, ...] = ()) -> None:
+    """A snapshot of alpha taken `at`: its GPUs quiet, but those in `trainer_on` busy with a
+    container labelled for the claim "train"."""
+    snap = snapshot("alpha", gpus, at=at, util="0")
+    for index in trainer_on:
+        snap["devices"][index]["utilization_percent"] = 95
+        snap["devices"][index]["processes"] = [{"pid": 4000 + index, "name": "python3", "used_mib": 30720, "container": {
+            "id": f"{index:064x}", "name": "trainer", "image": "pytorch/pytorch:2.5.1", "claim": "train"}}]
+    assert ingest_snapshot(snap).outcome == "accepted"
+
+
+def _claim(name: str, count: int, at: datetime, owner) -> Claim:
+    with time_machine.travel(at, tick=False):
+        return services.save_claim(Node.objects.get(name="alpha"), gpu.Claim(name, count=count), owner)
+
+
+def _beat(at: datetime) -> idle.Outcome:
+    with time_machine.travel(at, tick=False):
+        return idle.run()
+
+
+def test_a_claim_made_on_long_idle_gpus_is_idle_from_when_it_was_made(settings, mail, owner):
+    settings.GPUFLEET_COLLECT_INTERVAL, settings.GPUFLEET_IDLE_HOURS = int(STEP.total_seconds()), 1.0
+    made = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
+    start = made - timedelta(hours=2)  # the GPUs did nothing for two hours before the claim
+    for k in range(25):
+        _report(start + k * STEP, gpus=2)
+    claim = _claim("train", 2, made, owner)
+    _report(made + timedelta(seconds=40), gpus=2)
+    assert _beat(made + timedelta(seconds=45)).warned == []  # 40 s old: not idle for an hour
+    assert Claim.objects.get(pk=claim.pk).idle_since is None
+
+    at = made + STEP
+    while at <= made + timedelta(hours=1):
+        _report(at, gpus=2)
+        at += STEP
+    assert Claim.objects.get(pk=claim.pk).idle_since == made
+    assert _beat(at).warned == ["train on alpha"]
+    event = Event.objects.get(kind=Kind.CLAIM_IDLE)
+    assert f"has done no work since {made:%Y-%m-%d %H:%M} UTC" in event.message
+    assert f"has done no work since {made:%Y-%m-%d %H:%M} UTC" in mail.text(0)
+
+
+def test_a_count_claim_beside_another_claim_s_busy_gpus_is_told_it_is_idle(settings, mail, owner):
+    settings.GPUFLEET_COLLECT_INTERVAL, settings.GPUFLEET_IDLE_HOURS = int(STEP.total_seconds()), 1.0
+    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
+    _report(start)
+    # "quiet" (older) runs nothing; "train" runs its labelled containers on three GPUs.
+    _claim("quiet", 1, start, owner)
+    _claim("train", 2, start + timedelta(seconds=1), owner)
+    at = start + STEP
+    while at <= start + timedelta(minutes=90):
+        _report(at, trainer_on=(0, 1, 2))
+        at += STEP
+    assert _beat(at).warned == ["quiet on alpha"]
+    assert "Claim 'quiet' (1 GPU) on alpha has done no work since" in Event.objects.get(kind=Kind.CLAIM_IDLE).message
+    usage = report(start, at, "claim", {}).rows
+    efficiency = {row.key["claim"]: row.efficiency for row in usage if row.key["claim"]}
+    assert efficiency["quiet"] == 0 and efficiency["train"] == 1
