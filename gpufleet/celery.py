@@ -16,4 +16,4 @@ set_up()
 app = Celery("gpufleet")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["gpufleet.agent", "gpufleet.alerts", "gpufleet.claims", "gpufleet.events", "gpufleet.fleet", "gpufleet.jobs",
-                        "gpufleet.usage"])
+                        "gpufleet.sso", "gpufleet.usage"])

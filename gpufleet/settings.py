@@ -106,6 +106,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # Only when GPUFLEET_REMOTE_USER_HEADER is set: logs in whom a trusted proxy names.
     "gpufleet.sso.proxy.TrustedProxyMiddleware",
+    # Logs out a person the directory, asked again, gives no role any more.
+    "gpufleet.sso.recheck.RecheckMiddleware",
     "gpufleet.core.middleware.LoginRequiredHtmxMiddleware",
     "csp.middleware.CSPMiddleware",
     "gpufleet.core.middleware.RefuseNulMiddleware",
@@ -200,6 +202,9 @@ try:
         if os.environ.get("GPUFLEET_SSO_DEFAULT_ROLE", "").strip() else ""
 except RoleGroupsError as error:
     raise SettingError(f"GPUFLEET_SSO_ROLE_GROUPS / GPUFLEET_SSO_DEFAULT_ROLE: {error}") from None
+# The directory is asked again about a signed-in person at most this often, when they use
+# the site (a page or an API token) and from the beat when they do not (gpufleet/sso/recheck.py).
+GPUFLEET_SSO_RECHECK_S = env_int("GPUFLEET_SSO_RECHECK_S", 900, minimum=60)
 # Whom the no-access page tells a refused person to ask.
 GPUFLEET_SSO_CONTACT = os.environ.get("GPUFLEET_SSO_CONTACT", "").strip() or "an admin of this gpufleet site"
 # false: only single sign-on logs people in, and a superuser made with `manage.py
@@ -476,6 +481,7 @@ CELERY_TASK_ROUTES = {
     "gpufleet.claims.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
     "gpufleet.events.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
     "gpufleet.alerts.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
+    "gpufleet.sso.tasks.*": {"queue": HOUSEKEEPING_QUEUE},
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
@@ -505,6 +511,12 @@ CELERY_BEAT_SCHEDULE = {
     "prune-history": {
         "task": "gpufleet.fleet.tasks.prune_history",
         "schedule": 3600.0,
+    },
+    # Single sign-on users not asked lately (token-only ones too) asked again (gpufleet/sso/recheck.py).
+    "sso-recheck": {
+        "task": "gpufleet.sso.tasks.recheck_directory",
+        "schedule": 300.0,
+        "options": {"expires": 300.0},
     },
     "expire-jobs": {
         "task": "gpufleet.jobs.tasks.expire_jobs",

@@ -24,7 +24,7 @@ SHIPPED["fleet"].append("0006_node_gpus_busy_unclaimed")
 SHIPPED["fleet"].append("0007_dcgm_and_validation")
 SHIPPED["jobs"].append("0002_dcgm_diagnostic")
 SHIPPED["events"].append("0004_dcgm_diagnostic_kind")
-SHIPPED["sso"] = ["0001_initial"]
+SHIPPED["sso"] = ["0001_initial", "0002_identity_refresh_token"]
 SHIPPED["events"].append("0005_ingest_dead_letter_kind")
 SHIPPED["alerts"].append("0002_delivery_muted")
 

@@ -85,6 +85,9 @@ OIDCBackend  # gpufleet/sso/oidc.py: AUTHENTICATION_BACKENDS
 ProxyBackend  # gpufleet/sso/proxy.py: AUTHENTICATION_BACKENDS
 TrustedProxyMiddleware  # gpufleet/sso/proxy.py: MIDDLEWARE
 unthrottled  # gpufleet/sso/backends.py: AXES_WHITELIST_CALLABLE
+RecheckMiddleware  # gpufleet/sso/recheck.py: MIDDLEWARE
+groups_of  # gpufleet/sso/ldap.py and oidc.py: recheck.ASK names them
+recheck_directory  # gpufleet/sso/tasks.py: CELERY_BEAT_SCHEDULE
 provider_logout_url  # gpufleet/sso/oidc.py: mozilla-django-oidc's OIDC_OP_LOGOUT_URL_METHOD
 handler400  # gpufleet/urls.py
 disabled  # gpufleet/alerts/channels.py: read by logging on each record

@@ -9,9 +9,11 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import models, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from gpufleet.audit.models import record
+from gpufleet.sso import recheck
 
 PREFIX = "gpf_"
 # How stale `last_used_at` may get: a busy script must not cost a write on every request.
@@ -62,9 +64,15 @@ class ApiToken(models.Model):
     @classmethod
     def find(cls, secret: str) -> ApiToken | None:
         """The live token with this secret, its user loaded; None if unknown, revoked or
-        its user deactivated (who can no longer log in either)."""
+        its user deactivated (who can no longer log in either), or if the directory, asked
+        again when due, no longer gives its single sign-on user a role."""
         live = cls.objects.select_related("user").filter(revoked_at__isnull=True, user__is_active=True)
-        return live.filter(digest=digest(secret)).first()
+        # Whether to ask comes with the token, so a token's request costs no query more.
+        live = live.annotate(ask_directory=Exists(recheck.due(OuterRef("user"))))
+        found = live.filter(digest=digest(secret)).first()
+        if found is not None and found.ask_directory and not recheck.still_allowed(found.user):
+            return None
+        return found
 
     @property
     def can_write(self) -> bool:

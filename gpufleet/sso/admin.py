@@ -12,4 +12,6 @@ class IdentityAdmin(ReadOnlyAdmin):
     list_display = ["user", "source", "subject", "role", "refused", "seen_at"]
     list_filter = ["source", "role", "refused"]
     search_fields = ["user__username", "subject"]
-    readonly_fields = [f.name for f in Identity._meta.fields]
+    # The refresh token is a credential: never shown.
+    exclude = ["refresh_token"]
+    readonly_fields = [f.name for f in Identity._meta.fields if f.name != "refresh_token"]

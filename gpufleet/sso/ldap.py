@@ -7,6 +7,7 @@ taken over. Settings: gpufleet/sso/ldap_settings.py."""
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
 
 import ldap
 from django.conf import settings
@@ -18,6 +19,7 @@ from django_auth_ldap.backend import LDAPBackend, ldap_error
 from gpufleet.audit.models import Action, record
 from gpufleet.sso.backends import ActiveOnly
 from gpufleet.sso.models import Identity
+from gpufleet.sso.recheck import Gone, Unavailable
 from gpufleet.sso.services import is_local_account, sign_in
 
 logger = logging.getLogger(__name__)
@@ -33,9 +35,19 @@ class _Refused(Exception):
     """`sign_in` turned the person away (and audited why): the login fails."""
 
 
+class _Moved(Exception):
+    """Asking again, the login name now names another entry (the message: its DN)."""
+
+
+# The directory errors met while `groups_of` asks (django-auth-ldap reports them by signal).
+_asking_errors: ContextVar[list[Exception] | None] = ContextVar("_asking_errors", default=None)
+
+
 class LDAPLoginBackend(ActiveOnly, LDAPBackend):
     """django-auth-ldap's backend with gpufleet's users: after the directory accepts the
     password, `sign_in` decides (get_or_build_user, the library's documented hook)."""
+
+    asking: Identity | None = None
 
     def authenticate(self, request, username=None, password=None, **kwargs):
         # Django makes a backend for each authenticate(): the request is this login's.
@@ -56,7 +68,13 @@ class LDAPLoginBackend(ActiveOnly, LDAPBackend):
 
     def get_or_build_user(self, username, ldap_user):
         """The user `sign_in` gives for this directory entry, never one the library makes:
-        called only once the directory accepted the password."""
+        called only once the directory accepted the password (or, asking again, `groups_of`
+        found the entry: then the user as they are, their groups noted)."""
+        if self.asking is not None:
+            if ldap_user.dn.lower() != self.asking.subject.lower():
+                raise _Moved(ldap_user.dn)
+            self.groups = list(ldap_user.group_dns)
+            return self.asking.user, False
         attrs = ldap_user.attrs or {}
         profile = {field: _first(attrs, attribute) for field, attribute in settings.GPUFLEET_LDAP_ATTRS.items()}
         user = sign_in(getattr(self, "request", None), source=SOURCE, subject=ldap_user.dn,
@@ -65,6 +83,29 @@ class LDAPLoginBackend(ActiveOnly, LDAPBackend):
             raise _Refused(f"single sign-on refused {username}")
         # Not built: the library saves and populates nothing (AUTH_LDAP_ALWAYS_UPDATE_USER is off).
         return user, False
+
+
+def groups_of(identity: Identity) -> list[str]:
+    """The groups the directory gives this person now, read with the service account
+    (django-auth-ldap's populate_user) as a login reads them (recheck.ASK)."""
+    if not settings.GPUFLEET_LDAP_URI:
+        raise Unavailable("LDAP login is not set up (GPUFLEET_LDAP_URI)")
+    backend = LDAPLoginBackend()
+    backend.asking, backend.groups = identity, None
+    errors: list[Exception] = []
+    asking = _asking_errors.set(errors)
+    try:
+        backend.populate_user(identity.user.get_username())
+    except _Moved as moved:
+        raise Gone(f"the directory's entry for {identity.user.get_username()} is now {moved}, "
+                   f"not {identity.subject}") from None
+    finally:
+        _asking_errors.reset(asking)
+    if errors:
+        raise Unavailable(describe(errors[0]))
+    if backend.groups is None:
+        raise Gone(f"the directory has no entry for {identity.user.get_username()} any more")
+    return backend.groups
 
 
 @receiver(ldap_error, sender=LDAPLoginBackend)
@@ -76,6 +117,9 @@ def directory_failed(sender, context, user, request, exception, **kwargs) -> Non
     if isinstance(exception, (ldap.SERVER_DOWN, ldap.CONNECT_ERROR)):
         reason += "; if it uses TLS, is its CA in GPUFLEET_LDAP_CA_FILE?"
     logger.error("LDAP login: %s", reason)
+    asking = _asking_errors.get()
+    if asking is not None:
+        asking.append(exception)
     # A login's own errors (finding the person, binding as them) once each login; others only logged.
     if context not in ("search_for_user_dn", "authenticate") or request is None or _failed(request):
         return

@@ -26,6 +26,9 @@ class Identity(models.Model):
     # Deactivated by a login that found no mapped group: the next login with a mapped
     # group reactivates the user. A user an admin deactivated stays so.
     refused = models.BooleanField(default=False)
+    # OIDC: the provider's refresh token, with which the site asks it again about the person
+    # (gpufleet/sso/recheck.py); the provider rotates it at each use.
+    refresh_token = models.TextField(blank=True, default="")
 
     class Meta:
         verbose_name_plural = "identities"

@@ -34,6 +34,7 @@ from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthen
 from gpufleet.audit.models import Action, record
 from gpufleet.sso.backends import ActiveOnly
 from gpufleet.sso.models import Identity
+from gpufleet.sso.recheck import Gone, Unavailable
 from gpufleet.sso.services import REFUSAL_KEY, sign_in
 
 log = logging.getLogger(__name__)
@@ -155,11 +156,22 @@ class OIDCBackend(ActiveOnly, OIDCAuthenticationBackend):
             return None
         return super().authenticate(request, **kwargs)
 
+    grant, refresh_token = "", ""
+
+    def get_token(self, payload):
+        """The token endpoint's answer; its refresh token is kept for asking again (groups_of)."""
+        self.grant = payload.get("grant_type", "")
+        answer = super().get_token(payload)
+        token = answer.get("refresh_token") if isinstance(answer, dict) else None
+        self.refresh_token = token if isinstance(token, str) else ""
+        return answer
+
     def raise_token_response_error(self, response):
         # RFC 6749 5.2: a 400 or 401 is the provider's answer about this code (one it never
-        # issued, used or expired), a refused login; anything else is the provider failing.
+        # issued, used or expired) or refresh token, a refusal; anything else is the provider failing.
         if response.status_code in (400, 401):
-            raise LoginRefused(f"the provider did not accept the login's code ({_token_error(response)})")
+            what = "refresh token" if self.grant == "refresh_token" else "login's code"
+            raise LoginRefused(f"the provider did not accept the {what} ({_token_error(response)})")
         super().raise_token_response_error(response)
 
     def get_payload_data(self, token, key):
@@ -217,11 +229,42 @@ class OIDCBackend(ActiveOnly, OIDCAuthenticationBackend):
         username = claims.get(settings.GPUFLEET_OIDC_USERNAME_CLAIM)
         if not isinstance(username, str) or not username.strip():
             raise LoginRefused(f"the provider sent no {settings.GPUFLEET_OIDC_USERNAME_CLAIM} claim to name the user by")
-        return sign_in(
-            self.request, source=Identity.Source.OIDC, subject=f"{payload['iss']} {payload['sub']}", username=username.strip(),
+        subject = f"{payload['iss']} {payload['sub']}"
+        user = sign_in(
+            self.request, source=Identity.Source.OIDC, subject=subject, username=username.strip(),
             email=_text(claims.get("email")), first_name=_text(claims.get("given_name")),
             last_name=_text(claims.get("family_name")), groups=_groups(claims, settings.GPUFLEET_OIDC_GROUPS_CLAIM),
         )
+        if user is not None:
+            Identity.objects.filter(source=Identity.Source.OIDC, subject=subject).update(refresh_token=self.refresh_token)
+        return user
+
+
+def groups_of(identity: Identity) -> list[str]:
+    """The groups the provider gives this person now: their refresh token exchanged for an
+    access token, and the provider's user info read with it (recheck.ASK)."""
+    if not configured():
+        raise Unavailable("OpenID Connect login is not set up (GPUFLEET_OIDC_ISSUER)")
+    issuer, _, sub = identity.subject.rpartition(" ")
+    if issuer != settings.GPUFLEET_OIDC_ISSUER:
+        raise Unavailable(f"the person logged in at {issuer}, not at GPUFLEET_OIDC_ISSUER")
+    if not identity.refresh_token:
+        raise Unavailable("the provider gave no refresh token at the person's last login")
+    backend = OIDCBackend()
+    try:
+        answer = backend.get_token({"client_id": settings.GPUFLEET_OIDC_CLIENT_ID,
+                                    "client_secret": settings.GPUFLEET_OIDC_CLIENT_SECRET,
+                                    "grant_type": "refresh_token", "refresh_token": identity.refresh_token})
+        claims = backend.get_userinfo(answer["access_token"], None, None)
+    except LoginRefused as refusal:
+        raise Gone(str(refusal)) from None
+    except (ProviderUnavailable, requests.RequestException, KeyError, TypeError, ValueError) as error:
+        raise Unavailable(f"the provider did not answer ({error.__class__.__name__})") from None
+    # The provider may rotate the refresh token: the old one is spent.
+    Identity.objects.filter(pk=identity.pk).update(refresh_token=backend.refresh_token or identity.refresh_token)
+    if not isinstance(claims, dict) or claims.get("sub") != sub:
+        raise Gone("the provider's user info is not about the person who logged in")
+    return _groups(claims, settings.GPUFLEET_OIDC_GROUPS_CLAIM)
 
 
 def _token_error(response) -> str:

@@ -5,6 +5,7 @@ GPUFLEET_TRUSTED_PROXIES; from anyone else they are headers a client wrote, and 
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.auth import logout
 from django.contrib.auth.backends import RemoteUserBackend
 from django.contrib.auth.middleware import RemoteUserMiddleware
 from django.core.exceptions import MiddlewareNotUsed
@@ -12,7 +13,10 @@ from django.core.exceptions import MiddlewareNotUsed
 from gpufleet.core.security import address_in
 from gpufleet.sso.backends import ActiveOnly
 from gpufleet.sso.models import Identity
-from gpufleet.sso.services import REFUSAL_KEY, sign_in
+from gpufleet.sso.services import REFUSAL_KEY, clean_groups, follow, no_group, sign_in
+
+# The groups header of the request before, so an unchanged one costs no query.
+GROUPS_KEY = "sso_proxy_groups"
 
 
 def meta_key(header: str) -> str:
@@ -37,16 +41,37 @@ class TrustedProxyMiddleware(RemoteUserMiddleware):
         refused = request.session.get(REFUSAL_KEY) or {}
         if refused and refused.get("username") == request.META.get(self.header):
             return self.get_response(request)
-        return super().__call__(request)
+        self.process_request(request)
+        _follow_groups(request, request.META.get(self.header))
+        return self.get_response(request)
+
+
+def _follow_groups(request, remote_user: str | None) -> None:
+    """The proxy is the directory here, and it sends the groups with every request: when they
+    are not those of the person's last login, they count at once (services.follow)."""
+    if not remote_user or not request.user.is_authenticated or request.user.get_username() != remote_user:
+        return
+    groups = clean_groups(_groups(request))
+    if request.session.get(GROUPS_KEY) == groups:
+        return
+    identity = Identity.objects.filter(source=Identity.Source.PROXY, subject=remote_user, user=request.user).first()
+    if identity is not None and identity.groups != groups and not follow(identity, groups):
+        logout(request)
+        request.session[REFUSAL_KEY] = {"username": remote_user, "reason": no_group(remote_user)}
+        return
+    request.session[GROUPS_KEY] = groups
+
+
+def _groups(request) -> list[str]:
+    header = settings.GPUFLEET_REMOTE_GROUPS_HEADER
+    return request.META.get(meta_key(header), "").split(",") if header else []
 
 
 class ProxyBackend(ActiveOnly, RemoteUserBackend):
     def authenticate(self, request, remote_user):
         if not remote_user or request is None:
             return None
-        groups_header = settings.GPUFLEET_REMOTE_GROUPS_HEADER
-        groups = request.META.get(meta_key(groups_header), "").split(",") if groups_header else []
         email_header = settings.GPUFLEET_REMOTE_EMAIL_HEADER
         email = request.META.get(meta_key(email_header), "") if email_header else ""
         return sign_in(request, source=Identity.Source.PROXY, subject=remote_user, username=remote_user,
-                       email=email.strip(), groups=[group.strip() for group in groups])
+                       email=email.strip(), groups=[group.strip() for group in _groups(request)])

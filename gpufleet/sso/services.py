@@ -1,6 +1,7 @@
 """One login through single sign-on, whichever way it came (LDAP, OIDC, an authenticating
 proxy): find or make the user, give them the role their groups map to, and audit it. The
-directory decides at every login, so a person removed from a group loses the role then."""
+directory decides at every login, and again while they stay signed in (`follow`, asked by
+gpufleet/sso/recheck.py), so a person removed from a group loses the role without logging in."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def sign_in(request, *, source: str, subject: str, username: str, email: str = "
     """The active user for this directory identity, with exactly the role its groups map
     to; None when refused (no mapped group, a local account of that name, a user an admin
     deactivated, a name Django cannot hold), the reason kept for the no-access page."""
-    groups = sorted({group for group in groups if isinstance(group, str) and group.strip()})
+    groups = clean_groups(groups)
     role = role_for(groups, settings.GPUFLEET_SSO_ROLE_GROUPS, settings.GPUFLEET_SSO_DEFAULT_ROLE or None)
     details = {"source": source, "groups": matched_groups(groups, settings.GPUFLEET_SSO_ROLE_GROUPS)}
     with transaction.atomic():
@@ -65,13 +66,8 @@ def _sign_in(source, subject, username, role, groups, details, **profile):
     identity.groups, identity.seen_at = groups, timezone.now()
     if role is None:
         if user.pk is not None:
-            # Out of every mapped group: no access, and the tokens and sessions stop too.
-            identity.role, identity.refused = "", True
-            user.is_active = False
-            user.save(update_fields=["is_active"])
-            identity.save()
-            _set_role(user, None, details)
-        raise Refused(f"{username} is in none of the directory groups that give a role on this site")
+            _revoke(identity, details)
+        raise Refused(no_group(username))
 
     _update_profile(user, **profile)
     user.is_active = True
@@ -81,6 +77,53 @@ def _sign_in(source, subject, username, role, groups, details, **profile):
     _set_role(user, role, details)
     record(user, Action.SSO_LOGIN, target=user.get_username(), after={**details, "role": role})
     return user
+
+
+def follow(identity: Identity, groups: Iterable[str] | None, gone: str = "") -> bool:
+    """What the directory says now about a person who signed in before: the role their groups
+    give (audited when it changes) or, in no mapped group or no longer known to it (`gone`
+    says how), no access at once: role, sessions and tokens, audited. True while they keep access."""
+    with transaction.atomic():
+        identity = Identity.objects.select_for_update().select_related("user").get(pk=identity.pk)
+        user = identity.user
+        if not user.is_active or identity.refused:
+            return user.is_active
+        if groups is not None:
+            identity.groups = clean_groups(groups)
+        identity.seen_at = timezone.now()
+        role = None if gone else role_for(identity.groups, settings.GPUFLEET_SSO_ROLE_GROUPS,
+                                          settings.GPUFLEET_SSO_DEFAULT_ROLE or None)
+        details = {"source": identity.source,
+                   "groups": matched_groups(identity.groups, settings.GPUFLEET_SSO_ROLE_GROUPS)}
+        if role is None:
+            _revoke(identity, details)
+            record(None, Action.SSO_REFUSED, target=user.get_username(),
+                   after={**details, "reason": gone or no_group(user.get_username()), "asked_again": True})
+            return False
+        identity.role = role
+        identity.save()
+        _set_role(user, role, details)
+        return True
+
+
+def clean_groups(groups: Iterable[str]) -> list[str]:
+    """A directory's group names as an identity keeps them: sorted, once each, none blank."""
+    return sorted({group.strip() for group in groups if isinstance(group, str) and group.strip()})
+
+
+def no_group(username: str) -> str:
+    return f"{username} is in none of the directory groups that give a role on this site"
+
+
+def _revoke(identity: Identity, details: dict) -> None:
+    """Out of every mapped group: no access, and the tokens and sessions stop too (an
+    inactive user's are refused); the next login with a mapped group gives them back."""
+    user = identity.user
+    identity.role, identity.refused = "", True
+    user.is_active = False
+    user.save(update_fields=["is_active"])
+    identity.save()
+    _set_role(user, None, details)
 
 
 def is_local_account(user) -> bool:
