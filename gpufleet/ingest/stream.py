@@ -76,7 +76,6 @@ FIELD = b"field:"
 PASSED_ON = (redis.RedisError, OperationalError, InterfaceError)
 
 
-
 class NodeKeys:
     """The enrolled nodes' current keys, as entries are checked against them: the
     generations are read from the database every KEYS_REFRESH_S, and the names a batch
