@@ -70,6 +70,24 @@ def pytest_addoption(parser):
         "--database-tests-only", action="store_true",
         help="run only the tests that use the database (CI's second pass, on the other dialect)",
     )
+    parser.addoption(
+        "--tier", choices=("default", "slow", "all"), default="all",
+        help="default: all but the slow kinds of test (SLOW_TIERS); slow: only those; all (what plain "
+             "pytest runs). A marker expression (-m) chooses by itself and overrides it",
+    )
+
+
+# The kinds of test left out of the default tier (`sh gpufleet/bootstrap test`), which CI runs too.
+SLOW_TIERS = ("integration", "browser", "fuzz", "bench")
+
+
+def _keep(config, items, wanted) -> None:
+    config.hook.pytest_deselected(items=[item for item in items if not wanted(item)])
+    items[:] = [item for item in items if wanted(item)]
+
+
+def _is_slow(item) -> bool:
+    return any(item.get_closest_marker(kind) for kind in SLOW_TIERS)
 
 
 # The tests that start processes, servers or a browser run one after another in one test
@@ -86,12 +104,12 @@ def pytest_collection_modifyitems(config, items):
         if (item.get_closest_marker("integration") or item.get_closest_marker("browser")
                 or item.module.__name__.endswith("test_bench")):
             item.add_marker(ONE_AT_A_TIME)
-    if not config.getoption("--database-tests-only"):
-        return
-    uses = [bool(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("django_db"))
-            for item in items]
-    config.hook.pytest_deselected(items=[item for item, used in zip(items, uses, strict=True) if not used])
-    items[:] = [item for item, used in zip(items, uses, strict=True) if used]
+    tier = "all" if config.option.markexpr else config.getoption("--tier")
+    if tier != "all":
+        _keep(config, items, lambda item: _is_slow(item) == (tier == "slow"))
+    if config.getoption("--database-tests-only"):
+        _keep(config, items, lambda item: bool(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ()))
+                                               or item.get_closest_marker("django_db")))
 
 
 def _persona(django_user_model, username: str, role: str | None):
