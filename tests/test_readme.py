@@ -22,6 +22,8 @@ NOT_RUN = {
     "sh gpufleet/bootstrap up": "installs system packages as root, then runs `manage.py up`, which "
     "tests/integration/test_up.py runs",
     "sh gpufleet/bootstrap test": "it is the command that runs this suite: .ci/run runs it",
+    "DATABASE_URL=postgres://postgres@127.0.0.1:5432/test CELERY_BROKER_URL=redis://127.0.0.1:6379/0 "
+    "sh gpufleet/bootstrap test": "the command that runs this suite, on CI's services: .ci/run runs it so",
     "# central host (Debian 12 or later), as root": "a deployment as root on fresh hosts; "
     "tests/core/test_deploy_units.py checks the units and environment files it installs",
     'curl -H "Authorization: Bearer gpf_…" http://127.0.0.1:8000/api/nodes/': "a token placeholder and a "
