@@ -3,9 +3,24 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from gpufleet.alerts.models import Channel, Rule
+from gpufleet.events import services as events
+from gpufleet.events.models import Kind, Severity
+from gpufleet.fleet.models import Node
+
+T0 = datetime(2026, 3, 2, 3, 0, tzinfo=UTC)
+
+
+def gpu_a01_failing() -> Node:
+    """gpu-a01, its GPU 0 failing with Xid 79 from T0: an event the shipped rule sends."""
+    node = Node.objects.create(name="gpu-a01")
+    events.observe([Kind.FINDING], [node.pk], [events.Condition(node.pk, Kind.FINDING, "gpu0.xid", Severity.FAIL,
+                                                               "GPU 0 Xid 79")], T0)
+    return node
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from gpufleet.audit.models import AuditEntry
 from gpufleet.events import services as events
 from gpufleet.events.models import Kind, Severity
 from gpufleet.fleet.models import Node
+from tests.alerts.conftest import T0, gpu_a01_failing
 from tests.api.test_openapi import _conforms
 from tests.receivers import WEBHOOK_PASSWORD, WEBHOOK_TOKEN
 
@@ -122,10 +123,8 @@ def test_silences_through_the_api(admin_api, viewer_client):
 
 
 def test_deliveries_are_read_with_their_events(viewer_client, alert_settings, rule, webhook, inbox):
-    node = Node.objects.create(name="gpu-a01")
-    t0 = datetime(2026, 3, 2, 3, 0, tzinfo=UTC)
-    events.observe([Kind.FINDING], [node.pk], [events.Condition(node.pk, Kind.FINDING, "gpu0.xid", Severity.FAIL,
-                                                               "GPU 0 Xid 79")], t0)
+    gpu_a01_failing()
+    t0 = T0
     with time_machine.travel(t0 + timedelta(minutes=5), tick=False):
         services.run_once()
     listed = viewer_client.get("/api/deliveries/?channel=hook").json()
@@ -172,10 +171,8 @@ def test_the_url_never_appears_in_pages_api_audit_or_logs(admin_role_client, adm
     admin_role_client.post("/alerts/channels/", {"name": "hook", "url": webhook.url})
     channel = Channel.objects.get(name="hook")
     Rule.objects.get(name="Failing or offline").channels.set([channel])
-    node = Node.objects.create(name="gpu-a01")
-    t0 = datetime(2026, 3, 2, 3, 0, tzinfo=UTC)
-    events.observe([Kind.FINDING], [node.pk], [events.Condition(node.pk, Kind.FINDING, "gpu0.xid", Severity.FAIL,
-                                                               "GPU 0 Xid 79")], t0)
+    gpu_a01_failing()
+    t0 = T0
     webhook.status = 500
     for minutes in (5, 6, 8):
         with time_machine.travel(t0 + timedelta(minutes=minutes), tick=False):
@@ -220,10 +217,8 @@ def test_no_part_of_a_failing_channels_url_is_shown_after_it_failed(admin_role_c
         assert admin_role_client.post("/alerts/channels/", {"name": name, "url": url}).status_code == 302
     channels = list(Channel.objects.all())
     Rule.objects.get(name="Failing or offline").channels.set(channels)
-    node = Node.objects.create(name="gpu-a01")
-    t0 = datetime(2026, 3, 2, 3, 0, tzinfo=UTC)
-    events.observe([Kind.FINDING], [node.pk], [events.Condition(node.pk, Kind.FINDING, "gpu0.xid", Severity.FAIL,
-                                                               "GPU 0 Xid 79")], t0)
+    gpu_a01_failing()
+    t0 = T0
     for minutes in (5, 6, 8):
         with time_machine.travel(t0 + timedelta(minutes=minutes), tick=False):
             services.run_once()

@@ -6,16 +6,14 @@ in GPUFLEET_ALERT_ALLOW_HOSTS. The receivers are real, on loopback (tests/receiv
 from __future__ import annotations
 
 import socket
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 import time_machine
 
 from gpufleet.alerts import services
 from gpufleet.alerts.models import Delivery, Status
-from gpufleet.events import services as events
-from gpufleet.events.models import Kind, Severity
-from gpufleet.fleet.models import Node
+from tests.alerts.conftest import T0, gpu_a01_failing
 from tests.factories import hx
 from tests.receivers import free_port
 
@@ -93,10 +91,8 @@ def test_a_host_on_the_allow_list_is_reached_and_no_other(admin_role_client, pri
 
 def test_a_notification_to_loopback_fails_with_the_refusal_on_the_deliveries_page(
         viewer_client, private_refused, alert_settings, rule, webhook, inbox):
-    node = Node.objects.create(name="gpu-a01")
-    t0 = datetime(2026, 3, 2, 3, 0, tzinfo=UTC)
-    events.observe([Kind.FINDING], [node.pk], [events.Condition(node.pk, Kind.FINDING, "gpu0.xid", Severity.FAIL,
-                                                               "GPU 0 Xid 79")], t0)
+    gpu_a01_failing()
+    t0 = T0
     with time_machine.travel(t0 + timedelta(minutes=5), tick=False):
         services.run_once()
     assert webhook.posts == [] and inbox.messages == []

@@ -3,7 +3,7 @@ role reads them and the deliveries; a channel's URL is never shown once saved.""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 import time_machine
@@ -12,9 +12,8 @@ from django.utils import timezone
 from gpufleet.alerts import services
 from gpufleet.alerts.models import Channel, Delivery, Rule, Silence, Status
 from gpufleet.audit.models import AuditEntry
-from gpufleet.events import services as events
 from gpufleet.events.models import Kind, Severity
-from gpufleet.fleet.models import Node
+from tests.alerts.conftest import T0, gpu_a01_failing
 from tests.factories import hx
 from tests.receivers import WEBHOOK_PASSWORD, WEBHOOK_TOKEN
 
@@ -151,10 +150,8 @@ def test_a_silence_must_end_after_it_starts(admin_role_client):
 
 
 def test_the_deliveries_page_lists_notifications_and_filters_them(viewer_client, alert_settings, rule, webhook, inbox):
-    node = Node.objects.create(name="gpu-a01")
-    t0 = datetime(2026, 3, 2, 3, 0, tzinfo=UTC)
-    events.observe([Kind.FINDING], [node.pk], [events.Condition(node.pk, Kind.FINDING, "gpu0.xid", Severity.FAIL,
-                                                               "GPU 0 Xid 79")], t0)
+    gpu_a01_failing()
+    t0 = T0
     webhook.status = 500
     with time_machine.travel(t0 + timedelta(minutes=5), tick=False):
         services.run_once()
@@ -169,10 +166,8 @@ def test_the_deliveries_page_lists_notifications_and_filters_them(viewer_client,
 
 def test_the_link_in_a_notification_shows_its_events_on_the_events_page(viewer_client, alert_settings, rule, inbox,
                                                                          webhook):
-    node = Node.objects.create(name="gpu-a01")
-    t0 = datetime(2026, 3, 2, 3, 0, tzinfo=UTC)
-    events.observe([Kind.FINDING], [node.pk], [events.Condition(node.pk, Kind.FINDING, "gpu0.xid", Severity.FAIL,
-                                                               "GPU 0 Xid 79")], t0)
+    gpu_a01_failing()
+    t0 = T0
     with time_machine.travel(t0 + timedelta(minutes=5), tick=False):
         services.run_once()
     link = next(line for line in inbox.text(0).splitlines() if line.startswith("Events: "))
