@@ -298,6 +298,16 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def tune_garbage_collector() -> None:
     """A batch holds a few hundred thousand live objects (each snapshot's dicts and
     models, its rows), through which Python's default thresholds run the collector
@@ -463,7 +473,11 @@ class Consumer:
 
     def claim(self) -> list[tuple[bytes, dict | None]]:
         """Entries another consumer was handed and did not acknowledge within the
-        visibility timeout (it died, or hangs): now this one's."""
+        visibility timeout (it died, or hangs), or at once when it was of this host and
+        its process is gone (`up` restarted): now this one's."""
+        consumers = self.client.xinfo_consumers(self.key, self.group)
+        if taken := self._take_from_gone(consumers):
+            return taken
         _, claimed, deleted = self.client.xautoclaim(self.key, self.group, self.name, self.claim_idle_ms,
                                                       start_id="0-0", count=self.batch)
         if deleted:
@@ -473,17 +487,33 @@ class Consumer:
         if claimed:
             log.warning("took over %d ingest entries a consumer did not acknowledge within %.0f s",
                         len(claimed), self.claim_idle_ms / 1000)
-        self._forget_idle_consumers()
+        self._forget_idle_consumers(consumers)
         return claimed
+
+    def _take_from_gone(self, consumers: list[dict]) -> list[tuple[bytes, dict | None]]:
+        host = socket.gethostname()
+        for consumer in consumers:
+            name = consumer["name"].decode()
+            consumer_host, _, pid = name.rpartition(":")
+            if consumer["pending"] and consumer_host == host and name != self.name and pid.isdigit() \
+                    and not _running(int(pid)):
+                pending = self.client.xpending_range(self.key, self.group, min="-", max="+", count=self.batch,
+                                                     consumername=name)
+                taken = self.client.xclaim(self.key, self.group, self.name, 0,
+                                           [entry["message_id"] for entry in pending])
+                log.warning("took over %d ingest entries of consumer %s, which no longer runs", len(taken), name)
+                if taken:
+                    return taken
+        return []
 
     def acknowledge(self, ids: list[bytes]) -> None:
         if ids:
             ack_and_delete(self.client, self.key, self.group, ids)
 
-    def _forget_idle_consumers(self) -> None:
+    def _forget_idle_consumers(self, consumers: list[dict]) -> None:
         # Every process joins under a name of its own: those that hold nothing and were
         # idle for long are gone.
-        for consumer in self.client.xinfo_consumers(self.key, self.group):
+        for consumer in consumers:
             if consumer["pending"] == 0 and consumer["idle"] > 10 * self.claim_idle_ms \
                     and consumer["name"].decode() != self.name:
                 self.client.xgroup_delconsumer(self.key, self.group, consumer["name"])

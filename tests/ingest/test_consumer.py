@@ -5,6 +5,8 @@ SIGTERM (stop) lets the batch in hand finish; consumers share each node's admiss
 
 from __future__ import annotations
 
+import os
+import socket
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -110,6 +112,39 @@ def test_a_dead_consumers_entries_are_taken_over_after_the_visibility_timeout(cl
     time.sleep(0.1)
     assert alive.step() == 2
     assert Node.objects.count() == 2 and _pending(client) == 0
+
+
+def _gone_pid() -> int:
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_the_entries_of_a_consumer_of_this_host_that_no_longer_runs_are_taken_at_once(client):
+    # As after `up` restarted: its killed consumer had been handed entries (a blocked read
+    # that the backlog answered); waiting out the visibility timeout would hold them 300 s.
+    _append(client, ["a", "b"])
+    host = socket.gethostname()
+    dead = _consumer(client, f"{host}:{_gone_pid()}")
+    dead.ensure_group()
+    assert len(dead.read()) == 2
+    assert _consumer(client, f"{host}:{os.getpid()}").step() == 2
+    assert Node.objects.count() == 2 and _pending(client) == 0
+
+
+def test_the_entries_of_a_running_consumer_or_one_of_another_host_wait_the_visibility_timeout(client):
+    _append(client, ["a", "b"])
+    running = _consumer(client, f"{socket.gethostname()}:{os.getppid()}")
+    running.ensure_group()
+    assert len(running.read()) == 2
+    _append(client, ["c"])
+    elsewhere = _consumer(client, f"another-host.example:{_gone_pid()}")
+    assert len(elsewhere.read()) == 1
+    assert _consumer(client, "taker").step() == 0
+    assert _pending(client) == 3 and not Node.objects.exists()
 
 
 def test_stop_lets_the_batch_in_hand_finish_and_run_return(client):
