@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django import forms
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
@@ -69,7 +70,8 @@ class ClaimForm(forms.Form):
         required=False,
         label="Starts",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
-        help_text="Empty: now. A later start books the GPUs ahead; they are held from then.",
+        help_text=f"Empty: now. A later start books the GPUs ahead; they are held from then. Times are the site's "
+                  f"({settings.TIME_ZONE}).",
     )
     ends_at = forms.DateTimeField(
         required=False,

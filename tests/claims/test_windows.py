@@ -199,3 +199,11 @@ def test_the_list_and_the_node_page_show_each_claims_window(operator_client, vie
     assert "from Mon 7 Dec 12:00 UTC, with no end" in rows["notebook"] and "booked" not in rows["notebook"]
     page = viewer_client.get("/nodes/alpha/").content.decode()
     assert "from Tue 8 Dec 09:00 to Thu 10 Dec 17:00 UTC" in page
+
+
+def test_the_form_asks_for_a_start_and_an_end_in_the_sites_time_zone(operator_client, settings):
+    make_node("alpha", 8)
+    html = operator_client.get("/claims/nodes/alpha/new/").content.decode()
+    for field in ("starts_at", "ends_at"):
+        assert re.search(rf'<input type="datetime-local" name="{field}"', html), field
+    assert "Times are the site&#x27;s (UTC)." in html
