@@ -12,6 +12,7 @@ import unicodedata
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -196,8 +197,8 @@ START_SLACK = timedelta(minutes=1)
 
 def check_terms(terms: Terms, editing: Claim | None = None) -> BadTerms | None:
     """A readable contact, and a window that starts no earlier than a minute ago, ends
-    after it starts and is not over (an edit may keep its own times, which the editor
-    shows to the minute)."""
+    after it starts, is not over and is no longer than GPUFLEET_MAX_RESERVATION_DAYS (an
+    edit may keep its own times, which the editor shows to the minute)."""
     if is_unreadable(terms.contact):
         return BadTerms("contact", f"the contact {UNREADABLE}")
     now = timezone.now()
@@ -208,6 +209,10 @@ def check_terms(terms: Terms, editing: Claim | None = None) -> BadTerms | None:
         return BadTerms("ends_at", "the end is already past; leave it empty for a claim with no end")
     if ends_at is not None and ends_at <= starts_at:
         return BadTerms("ends_at", "the end must come after the start")
+    longest = settings.GPUFLEET_MAX_RESERVATION_DAYS
+    if ends_at is not None and ends_at - starts_at > timedelta(days=longest) and not _kept(ends_at, editing and editing.ends_at):
+        return BadTerms("ends_at", f"the window is longer than the site's limit of {longest} days"
+                                   " (GPUFLEET_MAX_RESERVATION_DAYS)")
     return None
 
 

@@ -207,3 +207,12 @@ def test_the_form_asks_for_a_start_and_an_end_in_the_sites_time_zone(operator_cl
     for field in ("starts_at", "ends_at"):
         assert re.search(rf'<input type="datetime-local" name="{field}"', html), field
     assert "Times are the site&#x27;s (UTC)." in html
+
+
+def test_a_window_longer_than_the_sites_limit_is_refused(operator_client, settings, monday):
+    settings.GPUFLEET_MAX_RESERVATION_DAYS = 30
+    node = make_node("alpha", 8)
+    refused = book(operator_client, node, "long", TUESDAY_9, TUESDAY_9 + timedelta(days=30, minutes=1))
+    assert field_errors(refused.content.decode(), "ends_at") == [
+        "The window is longer than the site's limit of 30 days (GPUFLEET_MAX_RESERVATION_DAYS)."]
+    assert book(operator_client, node, "long", TUESDAY_9, TUESDAY_9 + timedelta(days=30)).status_code == 302
