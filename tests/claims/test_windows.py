@@ -185,6 +185,7 @@ def test_a_booking_starts_and_ends_by_itself_for_ingest_placement_idle_and_usage
     assert Node.objects.get(pk=node.pk).gpus_reserved == 0
     assert fits() == ["alpha"]
     assert idle.run(THURSDAY_17).warned == []
+    assert "idle since" not in viewer_client.get("/claims/").content.decode()
 
 
 def test_the_list_and_the_node_page_show_each_claims_window(operator_client, viewer_client, monday):
