@@ -254,7 +254,7 @@ def node(request: HttpRequest, name: str) -> dict:
     node = _node(name)
     devices = list(node.devices.order_by("index"))
     claims = list(node.claims.select_related("created_by", "owner"))
-    ledger = _ledger(node, devices, claims)  # of those in force
+    ledger = _ledger(node, devices, claims)
     findings = list(node.findings.all())
     return serializers.node_detail(node, devices, findings, claims, ledger)
 
