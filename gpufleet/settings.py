@@ -337,9 +337,11 @@ GPUFLEET_OFFLINE_ALARM_PERCENT = env_float("GPUFLEET_OFFLINE_ALARM_PERCENT", 10.
 # this many seconds and shared by every view and poll (gpufleet/fleet/summary_keep.py);
 # keep it under the summary's 10 s refresh. 0 computes them for every view.
 GPUFLEET_SUMMARY_MAX_AGE_S = env_float("GPUFLEET_SUMMARY_MAX_AGE_S", 5.0, minimum=0.0)
-# Whether the central beat deletes claims past their expiry time (audited, by "system");
-# off, expired claims are only flagged.
+# Whether the central beat deletes claims past their end (audited, by "system"); off,
+# ended claims are only flagged. An ended claim holds no GPU either way.
 GPUFLEET_RELEASE_EXPIRED = env_bool("GPUFLEET_RELEASE_EXPIRED", False)
+# The longest window a claim with an end may have, in days: a booking cannot lock GPUs for months.
+GPUFLEET_MAX_RESERVATION_DAYS = env_int("GPUFLEET_MAX_RESERVATION_DAYS", 30, minimum=1)
 # A claimed GPU is "claimed but idle" once it has had no process and stayed under this
 # utilization in every snapshot for this many hours.
 GPUFLEET_IDLE_UTIL_PERCENT = env_float("GPUFLEET_IDLE_UTIL_PERCENT", 5.0, minimum=0.0)

@@ -27,6 +27,7 @@ SHIPPED["events"].append("0004_dcgm_diagnostic_kind")
 SHIPPED["sso"] = ["0001_initial", "0002_identity_refresh_token"]
 SHIPPED["events"].append("0005_ingest_dead_letter_kind")
 SHIPPED["alerts"].append("0002_delivery_muted")
+SHIPPED["claims"].append("0004_claim_windows")
 
 
 def _migrations() -> dict[str, list[Path]]:
@@ -118,3 +119,27 @@ def test_rollups_kept_per_gpu_survive_the_upgrade_to_one_row_per_node(viewer_cli
         assert cursor.fetchall() == [(gpu.pk, 10, 1500.5, 77, None, 200.25)]
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claims_from_before_windows_start_when_they_were_made_and_end_at_their_expiry():
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    from tests.factories import ingest
+
+    node = ingest("alpha", 2)
+    executor = MigrationExecutor(connection)
+    executor.migrate([("claims", "0003_claim_idle_warned_at")])
+    with connection.cursor() as cursor:
+        for name, expires in (("train", "'2026-12-09T17:00:00Z'"), ("forever", "NULL")):
+            cursor.execute("INSERT INTO claims_claim (node_id, name, count, device_ids, missing_devices, created_at,"
+                           " updated_at, contact, expires_at) VALUES (%s, %s, 1, '[]', '[]', '2026-12-01T08:30:00Z',"
+                           f" '2026-12-01T08:30:00Z', '', {expires})", [node.pk, name])
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    from gpufleet.claims.models import Claim
+
+    made = "2026-12-01T08:30:00+00:00"
+    assert {c.name: (c.starts_at.isoformat(), c.ends_at and c.ends_at.isoformat()) for c in Claim.objects.all()} == {
+        "train": (made, "2026-12-09T17:00:00+00:00"), "forever": (made, None)}

@@ -123,7 +123,7 @@ items_attribute  # gpufleet/api/pagination.py
 model_config  # gpufleet/api/schemas.py
 _.get_content_type  # gpufleet/api/views.py
 verbose_name_plural  # gpufleet/audit/models.py
-_._expired  # gpufleet/claims/filters.py
+_._state  # gpufleet/claims/filters.py
 _._search  # gpufleet/claims/filters.py
 q  # gpufleet/claims/filters.py
 _.valid_value  # gpufleet/claims/forms.py

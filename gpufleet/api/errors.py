@@ -27,6 +27,8 @@ class ErrorDetail(Schema):
     code: str = Field(description="stable and machine-readable, such as not_found or insufficient")
     message: str = Field(description="a sentence for people")
     field: str | None = Field(None, description="the input at fault, when one is; absent otherwise")
+    ends_by: str | None = Field(
+        None, description="a claim refused for a booking that starts later fits if it ends by then (ISO 8601)")
 
 
 class Error(Schema):
@@ -43,14 +45,19 @@ def errors(*statuses: int) -> dict[int, type[Error]]:
 class ApiError(Exception):
     """Raised anywhere in the API to answer with this error."""
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None):
+    def __init__(self, status: int, code: str, message: str, field: str | None = None, ends_by: str | None = None):
         super().__init__(message)
         self.status, self.code, self.message, self.field = status, code, message, field
+        self.ends_by = ends_by
 
     @classmethod
     def from_claim_error(cls, exc: services.ClaimError) -> ApiError:
         field = services.VERSION_FIELD if isinstance(exc, services.VersionRequired) else None
-        return cls(CLAIM_STATUS.get(exc.code, CONFLICT), exc.code, exc.message, field)
+        if isinstance(exc, services.BadTerms):
+            field = exc.field
+        ends_by = exc.error.ends_by if isinstance(exc, services.ClaimRejected) else None
+        return cls(CLAIM_STATUS.get(exc.code, CONFLICT), exc.code, exc.message, field,
+                   ends_by.isoformat() if ends_by is not None else None)
 
 
 def unsupported_media_type(content_type: str) -> ApiError:
@@ -59,10 +66,10 @@ def unsupported_media_type(content_type: str) -> ApiError:
     return ApiError(415, "unsupported_media_type", f"send the body as JSON (Content-Type: application/json), not {sent}")
 
 
-def error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
-    body = Error(error=ErrorDetail(code=code, message=message, field=field or None))
+def error(status: int, code: str, message: str, field: str | None = None, ends_by: str | None = None) -> JsonResponse:
+    body = Error(error=ErrorDetail(code=code, message=message, field=field or None, ends_by=ends_by))
     return JsonResponse(body.model_dump(exclude_none=True), status=status)
 
 
 def answer(exc: ApiError) -> JsonResponse:
-    return error(exc.status, exc.code, exc.message, exc.field)
+    return error(exc.status, exc.code, exc.message, exc.field, exc.ends_by)

@@ -48,12 +48,21 @@ class ClaimIn(Schema):
     # Before `count`, so that the check on count can see whether devices were named.
     device_ids: list[StrictInt | StrictStr] = Field(default_factory=list)
     count: Annotated[StrictInt, Field(ge=0)] = 0
-    # Omitted: a new claim is owned by the caller, never ends and has no contact; a
-    # replaced one keeps its own. `owner` is a username (null: nobody), `expires_at`
-    # ISO 8601 with a time zone (null: never).
+    # Omitted: a new claim is owned by the caller, starts now, has no end and no contact;
+    # a replaced one keeps its own. `owner` is a username (null: nobody); `starts_at` and
+    # `ends_at` are ISO 8601 with a time zone (starts_at null: now; ends_at null: no end).
     owner: str | None = None
     contact: Annotated[str, StringConstraints(max_length=Claim._meta.get_field("contact").max_length)] = ""
-    expires_at: datetime | None = None
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
+
+    @field_validator("starts_at", "ends_at")
+    @classmethod
+    def _zoned(cls, moment: datetime | None) -> datetime | None:
+        # A time without a zone means a different instant on each machine that reads it.
+        if moment is not None and moment.tzinfo is None:
+            raise PydanticCustomError("time_zone", "give the time with its time zone, e.g. 2026-12-08T09:00:00+01:00")
+        return moment
 
     @field_validator("count")
     @classmethod
@@ -173,8 +182,10 @@ class ClaimOut(Out):
     created_by: str | None
     owner: str | None
     contact: str
-    expires_at: Time = _time("null: never")
-    expired: bool
+    starts_at: Time = _time("when the claim starts holding its GPUs")
+    ends_at: Time = _time("when it stops holding them; null: no end")
+    in_force: bool = Field(description="holds its GPUs now: started and not ended")
+    ended: bool
     created_at: Time = _time()
     updated_at: Time = _time("the claim's version: send it back exactly as read to change or delete it")
 

@@ -102,8 +102,10 @@ def claim(c: Claim) -> dict:
         "created_by": c.created_by.get_username() if c.created_by else None,
         "owner": c.owner.get_username() if c.owner else None,
         "contact": c.contact,
-        "expires_at": _time(c.expires_at),
-        "expired": c.expired,
+        "starts_at": _time(c.starts_at),
+        "ends_at": _time(c.ends_at),
+        "in_force": c.in_force(),
+        "ended": c.ended,
         "created_at": _time(c.created_at),
         "updated_at": _time(c.updated_at),
     }

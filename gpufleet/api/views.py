@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.http.request import RawPostDataException
 from django.urls import reverse
+from django.utils import timezone
 from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.defaults import bad_request as django_bad_request
 from ninja import NinjaAPI, Query, Schema, Status, Swagger
@@ -277,7 +278,7 @@ def node_findings(request: HttpRequest, name: str) -> dict:
 @read("/claims/", "claims", response={200: list[ClaimOut], **LIST})
 @paginate(Pages, serialize=serializers.claim)
 def claims(request: HttpRequest, filters: Query[ClaimQuery]) -> QuerySet[Claim]:
-    """Every claim of the fleet (?node= for one node, ?owner= a username, ?expired=yes|no), paginated."""
+    """Every claim of the fleet (?node= for one node, ?owner= a username, ?state=booked|now|ended), paginated."""
     return _claim_rows(filters)
 
 
@@ -423,7 +424,9 @@ def _claim(pk: int) -> Claim:
 
 
 def _ledger(node: Node, devices, claims) -> gpu.Ledger:
-    return node.ledger(devices=[d for d in devices if not d.vanished], claims=claims)
+    """The node's ledger now, from its current devices and its claims in force among `claims`."""
+    now = timezone.now()
+    return node.ledger(devices=[d for d in devices if not d.vanished], claims=[c for c in claims if c.in_force(now)])
 
 
 def _reload(saved: Claim) -> Claim:
@@ -444,20 +447,21 @@ def _whole_number(params: QueryDict, name: str, default: int) -> int:
 
 
 def _terms(body: ClaimIn, user, editing: Claim | None) -> services.Terms:
-    """The body's owner, contact and expiry; those it leaves out are the stored claim's,
-    or for a new claim: owned by the caller, no contact, never ends."""
+    """The body's owner, contact and window; those it leaves out are the stored claim's,
+    or for a new claim: owned by the caller, no contact, starts now, no end."""
     given = body.model_fields_set
     if editing is not None:
-        current = services.Terms(editing.owner, editing.contact, editing.expires_at)
+        current = services.Terms(editing.owner, editing.contact, editing.starts_at, editing.ends_at)
     else:
-        current = services.Terms(user if user.is_authenticated else None, "", None)
+        current = services.Terms(user if user.is_authenticated else None, "", None, None)
     owner = current.owner
     if "owner" in given:
         owner = None if body.owner is None else _user(body.owner)
     return services.Terms(
         owner=owner,
         contact=body.contact if "contact" in given else current.contact,
-        expires_at=body.expires_at if "expires_at" in given else current.expires_at,
+        starts_at=body.starts_at if "starts_at" in given else current.starts_at,
+        ends_at=body.ends_at if "ends_at" in given else current.ends_at,
     )
 
 

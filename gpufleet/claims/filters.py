@@ -5,7 +5,7 @@ from __future__ import annotations
 import django_filters
 from django import forms
 from django.contrib.auth import get_user_model
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 from django.utils.functional import cached_property
 
@@ -16,7 +16,7 @@ from gpufleet.fleet.models import Node
 
 class ClaimFilter(ListFilterSet):
     """`node` (exact node name), `q` (part of the claim's or the node's name),
-    `owner` (exact username) and `expired` (yes or no).
+    `owner` (exact username) and `state` (booked: starts later; now: in force; ended).
 
     `ClaimFilter(request.GET, queryset=Claim.objects.all())`, then `is_valid()`,
     `errors` and `qs` (empty while invalid)."""
@@ -33,13 +33,14 @@ class ClaimFilter(ListFilterSet):
     )
 
     owner = django_filters.CharFilter(field_name="owner__username", widget=forms.Select, label="Owner")
-    expired = django_filters.ChoiceFilter(
-        method="_expired", choices=[("yes", "Expired"), ("no", "Not expired")], empty_label="Expired or not", label="Expired"
+    state = django_filters.ChoiceFilter(
+        method="_state", choices=[("booked", "Booked ahead"), ("now", "In force now"), ("ended", "Ended")],
+        empty_label="Any time", label="When",
     )
 
     class Meta:
         model = Claim
-        fields = ["node", "q", "owner", "expired"]
+        fields = ["node", "q", "owner", "state"]
 
     def __init__(self, data=None, queryset=None, **kwargs):
         super().__init__(data, queryset, **kwargs)
@@ -60,9 +61,9 @@ class ClaimFilter(ListFilterSet):
             names.append(wanted)
         return [("", "Any owner"), *((name, name) for name in names)]
 
-    def _expired(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
-        ended = Q(expires_at__lte=timezone.now())
-        return queryset.filter(ended) if value == "yes" else queryset.exclude(ended)
+    def _state(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        now = timezone.now()
+        return {"booked": queryset.booked, "now": queryset.in_force, "ended": queryset.ended}[value](now)
 
     def _search(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         # Two lookups, each through its own trigram index (claim names: claims 0002; node

@@ -7,7 +7,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from django import forms
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from gpufleet import gpu
 from gpufleet.claims import services
@@ -64,11 +66,18 @@ class ClaimForm(forms.Form):
         required=False,
         help_text="How to reach the owner, e.g. a chat channel.",
     )
-    expires_at = forms.DateTimeField(
+    starts_at = forms.DateTimeField(
         required=False,
-        label="Expires",
+        label="Starts",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
-        help_text="Empty: never. Expired claims are flagged (and released, where the site is set to).",
+        help_text=f"Empty: now. A later start books the GPUs ahead; they are held from then. Times are the site's "
+                  f"({settings.TIME_ZONE}).",
+    )
+    ends_at = forms.DateTimeField(
+        required=False,
+        label="Ends",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        help_text="Empty: no end. From then the GPUs are free for other claims.",
     )
     updated_at = forms.CharField(required=False, widget=forms.HiddenInput)
 
@@ -119,9 +128,10 @@ class ClaimForm(forms.Form):
         return self._version
 
     def terms(self) -> services.Terms:
-        """Owner, contact and expiry as the services take them. Call after is_valid()."""
+        """Owner, contact and window as the services take them. Call after is_valid()."""
         data = self.cleaned_data
-        return services.Terms(owner=data.get("owner"), contact=data.get("contact", ""), expires_at=data.get("expires_at"))
+        return services.Terms(owner=data.get("owner"), contact=data.get("contact", ""),
+                              starts_at=data.get("starts_at"), ends_at=data.get("ends_at"))
 
     def clean(self) -> dict:
         data = super().clean()
@@ -151,19 +161,21 @@ class ClaimForm(forms.Form):
         taken = services.check_name(self.node, proposed.name, self.editing)
         if taken is not None:
             self.add_claim_error(taken)
-        error = services.check_claim(self.node, proposed, self.editing)
+        # Without a window to check it over, the ledger has nothing to say.
+        error = services.check_claim(self.node, proposed, self.editing) if bad_terms is None else None
         if error is not None:
             self.add_claim_error(services.ClaimRejected(error))
         return data
 
     def proposed(self) -> gpu.Claim:
-        """The claim as the domain sees it. Call after is_valid()."""
+        """The claim as the domain sees it (no start: from now). Call after is_valid()."""
         data = self.cleaned_data
+        window = {"starts_at": data.get("starts_at"), "ends_at": data.get("ends_at")}
         if data["mode"] == DEVICES:
-            return gpu.Claim(name=data["name"], device_ids=tuple(data[DEVICES]))
+            return gpu.Claim(name=data["name"], device_ids=tuple(data[DEVICES]), **window)
         if data["mode"] == ALL:
-            return gpu.Claim(name=data["name"], count=0)
-        return gpu.Claim(name=data["name"], count=data["count"])
+            return gpu.Claim(name=data["name"], count=0, **window)
+        return gpu.Claim(name=data["name"], count=data["count"], **window)
 
     def add_claim_error(self, error: services.ClaimError) -> None:
         """Show a refusal at the field it is about (or above the form)."""
@@ -185,7 +197,8 @@ def _initial(claim: Claim, ledger: gpu.Ledger) -> dict:
         "updated_at": claim.updated_at.isoformat(),
         "owner": claim.owner if claim.owner_id else None,
         "contact": claim.contact,
-        "expires_at": claim.expires_at,
+        "starts_at": timezone.localtime(claim.starts_at),
+        "ends_at": timezone.localtime(claim.ends_at) if claim.ends_at else None,
     }
     if claim.mode == COUNT:
         initial["count"] = claim.count

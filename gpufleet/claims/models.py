@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone
 
@@ -28,9 +30,31 @@ class GpuName:
         return f"{self.text} (missing)" if self.missing else self.text
 
 
+class ClaimQuerySet(models.QuerySet):
+    def in_force(self, at: datetime | None = None) -> ClaimQuerySet:
+        """The claims holding their GPUs at `at` (default now): started, and not ended.
+        The one rule of "now" for every page, count and job; `Claim.in_force` is the
+        same rule for claims already read."""
+        at = at or timezone.now()
+        return self.filter(Q(ends_at__isnull=True) | Q(ends_at__gt=at), starts_at__lte=at)
+
+    def overlapping(self, starts_at: datetime, ends_at: datetime | None) -> ClaimQuerySet:
+        """The claims whose windows share an instant with [starts_at, ends_at)."""
+        meeting = self.filter(Q(ends_at__isnull=True) | Q(ends_at__gt=starts_at))
+        return meeting if ends_at is None else meeting.filter(starts_at__lt=ends_at)
+
+    def ended(self, at: datetime | None = None) -> ClaimQuerySet:
+        return self.filter(ends_at__lte=at or timezone.now())
+
+    def booked(self, at: datetime | None = None) -> ClaimQuerySet:
+        """Bookings ahead: their windows start after `at` (default now)."""
+        return self.filter(starts_at__gt=at or timezone.now())
+
+
 class Claim(models.Model):
     """One workload's reservation on one node: a count of GPUs, every GPU
-    (count 0 and no devices), or named devices (by index or UUID)."""
+    (count 0 and no devices), or named devices (by index or UUID), over a window of
+    time [starts_at, ends_at): a booking ahead until it starts, in force until it ends."""
 
     node = models.ForeignKey("fleet.Node", on_delete=models.CASCADE, related_name="claims")
     name = models.CharField(max_length=100)
@@ -54,9 +78,13 @@ class Claim(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="owned_claims"
     )
     contact = models.CharField(max_length=200, blank=True, help_text="How to reach the owner, e.g. a chat channel.")
-    # When the claim ends; None never. An expired claim still holds its GPUs until it
-    # is deleted (by hand, or by the central beat with GPUFLEET_RELEASE_EXPIRED).
-    expires_at = models.DateTimeField(null=True, blank=True)
+    # The claim holds its GPUs from starts_at until before ends_at (None: no end). An
+    # ended claim holds nothing; its row stays until it is deleted (by hand, or by the
+    # central beat with GPUFLEET_RELEASE_EXPIRED).
+    starts_at = models.DateTimeField(default=timezone.now)
+    ends_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ClaimQuerySet.as_manager()
 
     class Meta:
         ordering = ["node", "name"]
@@ -67,7 +95,16 @@ class Claim(models.Model):
         return f"{self.name} on {self.node.name}: {self.describe()}"
 
     def as_gpu_claim(self) -> gpu.Claim:
-        return gpu.Claim(name=self.name, count=self.count, device_ids=tuple(self.device_ids))
+        # In the site's time zone, so that the ledger's sentences name local times.
+        return gpu.Claim(name=self.name, count=self.count, device_ids=tuple(self.device_ids),
+                         starts_at=_local(self.starts_at), ends_at=_local(self.ends_at))
+
+    def in_force(self, at: datetime | None = None) -> bool:
+        """ClaimQuerySet.in_force for a claim already read."""
+        return self.as_gpu_claim().in_force(at or timezone.now())
+
+    def window(self) -> str:
+        return self.as_gpu_claim().window()
 
     @property
     def mode(self) -> str:
@@ -100,12 +137,17 @@ class Claim(models.Model):
                 names.append(GpuName(f"GPU {device.index}", device.uuid))
         return names
 
-    def is_expired(self, now=None) -> bool:
-        return self.expires_at is not None and self.expires_at <= (now or timezone.now())
+    def has_ended(self, now: datetime | None = None) -> bool:
+        return self.ends_at is not None and self.ends_at <= (now or timezone.now())
 
     @property
-    def expired(self) -> bool:
-        return self.is_expired()
+    def ended(self) -> bool:
+        return self.has_ended()
+
+    @property
+    def booked(self) -> bool:
+        """A booking ahead: its window starts later."""
+        return self.starts_at is not None and self.starts_at > timezone.now()
 
     def as_audit_dict(self) -> dict:
         return {
@@ -114,8 +156,13 @@ class Claim(models.Model):
             "device_ids": list(self.device_ids),
             "owner": self.owner.get_username() if self.owner_id else None,
             "contact": self.contact,
-            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+            "starts_at": self.starts_at.isoformat() if self.starts_at else None,
+            "ends_at": self.ends_at.isoformat() if self.ends_at else None,
         }
+
+
+def _local(moment: datetime | None) -> datetime | None:
+    return timezone.localtime(moment) if moment is not None else None
 
 
 def with_current_devices(claims: Iterable[Claim]) -> None:

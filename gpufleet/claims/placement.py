@@ -1,4 +1,5 @@
-"""The fleet's placement answer ("where can N GPUs go now?") from the stored nodes.
+"""The fleet's placement answer ("where can N GPUs go now?") from the stored nodes and
+their claims in force now.
 
 The ranking and the reasons are the domain's (`gpufleet.gpu.place`, which asks each
 node's ledger); this only loads every node with its current GPUs and claims in a
@@ -10,6 +11,7 @@ from django.db.models import Prefetch
 from django.utils import timezone
 
 from gpufleet import gpu
+from gpufleet.claims.models import Claim
 from gpufleet.fleet.maintenance import in_maintenance_flag, in_validation_flag
 from gpufleet.fleet.models import Device, FindingStatus, Node, offline_after
 
@@ -28,12 +30,12 @@ def fleet_placement(request: gpu.PlacementRequest, now=None) -> gpu.Placement:
             queryset=Device.objects.filter(vanished_at__isnull=True).order_by("index"),
             to_attr="current_devices_cache",
         ),
-        "claims",
+        Prefetch("claims", queryset=Claim.objects.in_force(now), to_attr="claims_in_force"),
     )
     candidates = (
         gpu.Candidate(
             name=node.name,
-            ledger=node.ledger(claims=list(node.claims.all())),
+            ledger=node.ledger(claims=node.claims_in_force),
             offline=node.offline,
             maintenance=node.in_maintenance,
             validation=node.in_validation,

@@ -9,9 +9,10 @@ people, so the editor and the API report the same reasons the same way."""
 from __future__ import annotations
 
 import unicodedata
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -58,7 +59,7 @@ class BadName(ClaimError):
 
 
 class BadTerms(ClaimError):
-    """A bad owner, contact or expiry; `field` names which."""
+    """A bad owner, contact or window; `field` names which."""
 
     code = "invalid"
 
@@ -69,11 +70,12 @@ class BadTerms(ClaimError):
 
 @dataclass(frozen=True)
 class Terms:
-    """Who answers for a claim and when it ends; nothing here decides whether it fits."""
+    """Who answers for a claim and its window; nothing here decides whether it fits."""
 
     owner: object = None  # a user, or None for nobody
     contact: str = ""
-    expires_at: datetime | None = None
+    starts_at: datetime | None = None  # None: now
+    ends_at: datetime | None = None  # None: no end
 
 
 class InMaintenance(ClaimError):
@@ -151,8 +153,30 @@ def parse_version(raw, action: str = "save") -> datetime:
 
 
 def check_claim(node: Node, proposed: gpu.Claim, editing: Claim | None = None) -> gpu.FitError | None:
-    """Would `proposed` fit now? For inline validation; `save_claim` checks again under lock."""
-    return node.ledger(excluding=editing).fit(proposed)
+    """Would `proposed` fit over what is left of its window (no start: from now) beside
+    the node's other claims that meet it? For inline validation; `save_claim` checks
+    again under lock. The past is not booked again: an edit of a claim in force is
+    checked from now on."""
+    now = timezone.now()
+    proposed = replace(proposed, starts_at=max(proposed.starts_at or now, now))
+    others = node.claims.overlapping(proposed.starts_at, proposed.ends_at)
+    if editing is not None and editing.pk:
+        others = others.exclude(pk=editing.pk)
+    return node.ledger(claims=list(others)).fit(proposed)
+
+
+def window(terms: Terms | None, editing: Claim | None, now: datetime) -> tuple[datetime, datetime | None]:
+    """The window a save gives the claim: the terms' (no start: now, or for an edited claim
+    already started, its own start); without terms, an edited claim keeps its own and a
+    new one starts now with no end."""
+    if terms is not None:
+        if terms.starts_at is not None:
+            return terms.starts_at, terms.ends_at
+        started = editing is not None and editing.starts_at <= now
+        return (editing.starts_at if started else now), terms.ends_at
+    if editing is not None:
+        return editing.starts_at, editing.ends_at
+    return now, None
 
 
 # Characters that make a name read differently from what it is: controls, and the
@@ -167,15 +191,33 @@ def is_unreadable(text: str) -> bool:
     return any(unicodedata.category(c) == "Cc" or c in _BIDI_CONTROLS for c in text)
 
 
+# How far in the past a start may be given: the minute a person took to fill the form.
+START_SLACK = timedelta(minutes=1)
+
+
 def check_terms(terms: Terms, editing: Claim | None = None) -> BadTerms | None:
-    """A readable contact, and an expiry not already past (an edit may keep its own,
-    which the editor shows to the minute)."""
+    """A readable contact, and a window that starts no earlier than a minute ago, ends
+    after it starts, is not over and is no longer than GPUFLEET_MAX_RESERVATION_DAYS (an
+    edit may keep its own times, which the editor shows to the minute)."""
     if is_unreadable(terms.contact):
         return BadTerms("contact", f"the contact {UNREADABLE}")
-    kept = editing is not None and _minute(terms.expires_at) == _minute(editing.expires_at)
-    if terms.expires_at is not None and not kept and terms.expires_at <= timezone.now():
-        return BadTerms("expires_at", "the expiry time is already past; leave it empty for a claim that never ends")
+    now = timezone.now()
+    starts_at, ends_at = window(terms, editing, now)
+    if starts_at < now - START_SLACK and not _kept(starts_at, editing and editing.starts_at):
+        return BadTerms("starts_at", "the start is already past; leave it empty to start now")
+    if ends_at is not None and ends_at <= now and not _kept(ends_at, editing and editing.ends_at):
+        return BadTerms("ends_at", "the end is already past; leave it empty for a claim with no end")
+    if ends_at is not None and ends_at <= starts_at:
+        return BadTerms("ends_at", "the end must come after the start")
+    longest = settings.GPUFLEET_MAX_RESERVATION_DAYS
+    if ends_at is not None and ends_at - starts_at > timedelta(days=longest) and not _kept(ends_at, editing and editing.ends_at):
+        return BadTerms("ends_at", f"the window is longer than the site's limit of {longest} days"
+                                   " (GPUFLEET_MAX_RESERVATION_DAYS)")
     return None
+
+
+def _kept(moment: datetime, stored: datetime | None) -> bool:
+    return stored is not None and _minute(moment) == _minute(stored)
 
 
 def _minute(moment: datetime | None) -> datetime | None:
@@ -206,8 +248,9 @@ def save_claim(
     expected_updated_at: datetime | None = None,
     terms: Terms | None = None,
 ) -> Claim:
-    """Create or (with `editing`) replace a claim. Without `terms` a new claim is
-    owned by `user` and never expires, an edited one keeps its own. Raises NameTaken,
+    """Create or (with `editing`) replace a claim, over the window its `terms` give
+    (`window`). Without `terms` a new claim is owned by `user`, starts now and has no
+    end; an edited one keeps its own. Raises NameTaken,
     BadName, BadTerms, ClaimRejected, InMaintenance (a new claim on a node in
     maintenance or validation), StaleClaim (the claim changed after
     `expected_updated_at`) or ClaimGone. The editor and the API always pass
@@ -232,6 +275,8 @@ def save_claim(
             taken = check_name(locked, proposed.name, editing)
             if taken is not None:
                 raise taken
+            starts_at, ends_at = window(terms, editing, timezone.now())
+            proposed = replace(proposed, starts_at=starts_at, ends_at=ends_at)
             error = check_claim(locked, proposed, editing)
             if error is not None:
                 raise ClaimRejected(error)
@@ -241,8 +286,9 @@ def save_claim(
             claim.count = proposed.count if not proposed.device_ids else 0
             claim.device_ids = list(proposed.device_ids)
             claim.missing_devices = []
+            claim.starts_at, claim.ends_at = starts_at, ends_at
             if terms is not None:
-                claim.owner, claim.contact, claim.expires_at = terms.owner, terms.contact, terms.expires_at
+                claim.owner, claim.contact = terms.owner, terms.contact
             elif editing is None:
                 claim.owner = claim.created_by
             claim.save()
@@ -257,7 +303,7 @@ def save_claim(
 
 
 def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None,
-                 reason: str = "as it had expired") -> None:
+                 reason: str = "as it had ended") -> None:
     """Delete a claim. Raises StaleClaim (changed after `expected_updated_at`) or ClaimGone.
     `user` None is the system (the audit log shows "system"; its claim-released event
     gives `reason`). As for save_claim, people's deletes always pass `expected_updated_at`."""
@@ -285,13 +331,13 @@ def _store_reserved(node: Node) -> None:
 
 
 def release_expired(now: datetime | None = None) -> list[str]:
-    """Delete every claim expired by `now`, each through `delete_claim` (node lock,
+    """Delete every claim ended by `now`, each through `delete_claim` (node lock,
     audited as a delete by the system: no user). Returns "claim on node" for each."""
     released = []
-    for claim in Claim.objects.filter(expires_at__lte=now or timezone.now()).select_related("node"):
+    for claim in Claim.objects.ended(now).select_related("node"):
         try:
             delete_claim(claim, None, expected_updated_at=claim.updated_at)
         except (ClaimGone, StaleClaim):
-            continue  # deleted, or just given a new expiry, by someone meanwhile
+            continue  # deleted, or just given a new end, by someone meanwhile
         released.append(f"{claim.name} on {claim.node.name}")
     return released

@@ -16,6 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import reswap, retarget, trigger_client_event
@@ -63,7 +64,8 @@ def claims_panel_context(request, node: Node, form: ClaimForm | None = None, not
         raise PermissionDenied("your role may not view")
     devices = node.current_devices()
     claims = list(node.claims.all())
-    ledger = node.ledger(devices=devices, claims=claims)
+    now = timezone.now()
+    ledger = node.ledger(devices=devices, claims=[c for c in claims if c.in_force(now)])
     can_edit = can(request.user, EDIT_CLAIMS)
     if can_edit and form is None:
         form = _add_form(node, ledger, devices, initial=_new_claim_initial(request))

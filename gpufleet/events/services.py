@@ -268,15 +268,15 @@ def record_ingest_silent(reason: str | None, now: datetime | None = None) -> Non
     observe([Kind.INGEST_SILENT], None, seen, now)
 
 
-def record_expired_claims(expired: Iterable[tuple[int, str, datetime]], now: datetime | None = None) -> None:
-    """Every claim expired now and still held, as (node pk, name, expires_at): each an
+def record_ended_claims(ended: Iterable[tuple[int, str, datetime]], now: datetime | None = None) -> None:
+    """Every claim ended by now and still listed, as (node pk, name, ends_at): each an
     open event until the claim is released or given a later end."""
     now = now or timezone.now()
     seen = [
         Condition(pk, Kind.CLAIM_EXPIRED, name.lower(), Severity.WARN, f"Claim {name}",
-                  f"Claim {name!r} expired at {expires_at:%Y-%m-%d %H:%M} UTC and still holds its GPUs",
+                  f"Claim {name!r} ended at {ends_at:%Y-%m-%d %H:%M} UTC: its GPUs are free for other claims",
                   claim_name=name)
-        for pk, name, expires_at in expired
+        for pk, name, ends_at in ended
     ]
     observe([Kind.CLAIM_EXPIRED], None, seen, now)
 
@@ -294,7 +294,7 @@ def record_once(kind: str, severity: str, node_id: int | None, message: str, *, 
 
 
 def claim_released(node_id: int, name: str, user=None, now: datetime | None = None,
-                   reason: str = "as it had expired") -> Event:
+                   reason: str = "as it had ended") -> Event:
     """A claim deleted: by `user`, or (None) by the system, for `reason`."""
     who = user.get_username() if user is not None and user.is_authenticated else f"the system, {reason}"
     return record_once(Kind.CLAIM_RELEASED, Severity.INFO, node_id, f"Claim {name!r} released by {who}",

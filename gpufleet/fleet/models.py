@@ -3,7 +3,7 @@ when they vanish), its latest doctor findings, and per-device history."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
@@ -229,13 +229,16 @@ class Node(models.Model):
         )
 
     def ledger(self, excluding=None, devices: list[Device] | None = None, claims=None,
-               gpus: tuple[gpu.Device, ...] | None = None) -> gpu.Ledger:
-        """The node's claims ledger: its current GPUs and every claim on it, but
-        `excluding` (the claim being edited, which is checked against the others).
-        `devices` and `claims` save a query when the caller has them already; `gpus`,
-        the domain's GPUs by index, save making them from `devices`."""
+               gpus: tuple[gpu.Device, ...] | None = None, at: datetime | None = None) -> gpu.Ledger:
+        """The node's claims ledger: its current GPUs and its claims in force at `at`
+        (default now; read once, or from a prefetch), or the `claims` given, as given
+        (those in force, or those meeting a window to fit), but `excluding` (the claim
+        being edited, which is checked against the others). `devices` saves a query
+        when the caller has them already; `gpus`, the domain's GPUs by index, save
+        making them from `devices`."""
         if claims is None:
-            claims = self.claims.all()
+            at = at or timezone.now()
+            claims = [c for c in self.claims.all() if c.in_force(at)]
         others = [c for c in claims if excluding is None or c.pk != excluding.pk]
         info = self._info_of(gpus) if gpus is not None else self.gpu_info(devices)
         return gpu.Ledger(info, [c.as_gpu_claim() for c in others])

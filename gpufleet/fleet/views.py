@@ -86,7 +86,7 @@ def node_detail(request, name: str, partial: str | None = None):
         node_page.load_for_page(node)
         context["history_range"] = node_page.history_range(request.GET)
         hours = charts.RANGES[context["history_range"]]
-        context["devices"] = node_page.device_rows(node, node.ledger(), now, hours)
+        context["devices"] = node_page.device_rows(node, node.ledger(at=now), now, hours)
         context["lost"] = node_page.lost_capacity(node)
         context["history_ranges"] = list(charts.RANGES)
         context["timeline"] = events.timeline(node.pk)

@@ -1,5 +1,6 @@
-"""The claims ledger: which GPUs of one node are spoken for.
+"""The claims ledger: which GPUs of one node are spoken for, and when.
 
+A claim holds its GPUs over its window, the half-open interval [starts_at, ends_at).
 Docker does not enforce exclusivity, so this is scheduling accounting, not isolation.
 """
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from gpufleet.gpu.devices import Device, Info, uuid_key
 from gpufleet.gpu.processes import Container
@@ -15,11 +17,14 @@ from gpufleet.gpu.processes import Container
 @dataclass(frozen=True)
 class Claim:
     """One workload's GPU reservation. With device ids it pins those GPUs (count is then
-    ignored); without, count <= 0 means every GPU, as Docker's `--gpus all` does."""
+    ignored); without, count <= 0 means every GPU, as Docker's `--gpus all` does.
+    It holds them from `starts_at` until before `ends_at`; None at either end is unbounded."""
 
     name: str
     count: int = 0
     device_ids: tuple[str, ...] = ()
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
 
     def __post_init__(self) -> None:
         # Callers pass lists from forms and JSON; keep the claim hashable.
@@ -30,11 +35,50 @@ class Claim:
         """Whether the claim takes every GPU on the node."""
         return not self.device_ids and self.count <= 0
 
+    def in_force(self, moment: datetime | None) -> bool:
+        """Whether the claim holds its GPUs at `moment` (None: before any time)."""
+        started = self.starts_at is None or (moment is not None and self.starts_at <= moment)
+        return started and (self.ends_at is None or moment is None or moment < self.ends_at)
+
+    def overlaps(self, other: Claim) -> bool:
+        """Whether the two windows share an instant (an empty window has none)."""
+        return (_before(self.starts_at, other.ends_at) and _before(other.starts_at, self.ends_at)
+                and _before(self.starts_at, self.ends_at) and _before(other.starts_at, other.ends_at))
+
+    def window(self) -> str:
+        """"from Tue 8 Dec 09:00 to Thu 10 Dec 17:00 UTC", in the times' own zone."""
+        if self.starts_at is None and self.ends_at is None:
+            return "at any time"
+        if self.ends_at is None:
+            return f"from {moment_text(self.starts_at)}, with no end"
+        if self.starts_at is None:
+            return f"until {moment_text(self.ends_at)}"
+        return f"from {moment_text(self.starts_at, zone=False)} to {moment_text(self.ends_at)}"
+
+
+def _before(start: datetime | None, end: datetime | None) -> bool:
+    """start < end, where a start of None is before all time and an end of None after it."""
+    return start is None or end is None or start < end
+
+
+def moment_text(moment: datetime, zone: bool = True) -> str:
+    text = f"{moment:%a} {moment.day} {moment:%b %H:%M}"
+    name = moment.tzname() if zone else None
+    return f"{text} {name}" if name else text
+
 
 class FitError(Exception):
-    """Why a claim does not fit a node. `code` is stable for machines; str() is for people."""
+    """Why a claim does not fit a node. `code` is stable for machines; str() is for people.
+    `ends_by`: the claim would fit if it ended by then (what is in its way starts later)."""
 
     code = "fit_error"
+    ends_by: datetime | None = None
+
+    def offer(self, ends_by: datetime | None) -> FitError:
+        if ends_by is not None:
+            self.ends_by = ends_by
+            self.args = (f"{self.args[0]}; it fits if it ends by {moment_text(ends_by)}",)
+        return self
 
 
 class NoGPU(FitError):
@@ -87,29 +131,34 @@ class DuplicateDevice(FitError):
 class DeviceTaken(FitError):
     code = "device_taken"
 
-    def __init__(self, device_id: str, index: int, holder: str) -> None:
-        super().__init__(f"GPU {index} ({device_id!r}) is already reserved by {holder}")
+    def __init__(self, device_id: str, index: int, holder: str, window: str = "") -> None:
+        super().__init__(f"GPU {index} ({device_id!r}) is already reserved by {holder}{_spaced(window)}")
         self.device_id = device_id
         self.index = index
         self.holder = holder
 
 
 class Insufficient(FitError):
-    """Not enough free GPUs. `holders` is set when an all-GPU claim met reservations."""
+    """Not enough free GPUs. `holders` is set when an all-GPU claim met reservations;
+    `shown` names them (or, for a count, the claims then in force) with their windows
+    where those limit the conflict, and `when` says when, if later than the claim starts."""
 
     code = "insufficient"
 
     def __init__(
-        self, need: int, free: int, total: int, holders: tuple[str, ...] = ()
+        self, need: int, free: int, total: int, holders: tuple[str, ...] = (),
+        shown: tuple[str, ...] = (), when: str = "",
     ) -> None:
         if holders:
             reserved = total - free
             message = (
                 f"needs every GPU but {reserved} of {total}"
-                f" {'is' if reserved == 1 else 'are'} reserved by {', '.join(holders)}"
+                f" {'is' if reserved == 1 else 'are'} reserved{_spaced(when)} by {', '.join(shown or holders)}"
             )
         else:
-            message = f"needs {_gpus(need)} but only {free} of {total} {'is' if free == 1 else 'are'} free"
+            message = f"needs {_gpus(need)} but only {free} of {total} {'is' if free == 1 else 'are'} free{_spaced(when)}"
+            if shown:
+                message += f" beside {', '.join(shown)}"
         super().__init__(message)
         self.need = need
         self.free = free
@@ -117,8 +166,28 @@ class Insufficient(FitError):
         self.holders = holders
 
 
+def _spaced(text: str) -> str:
+    return f" {text}" if text else ""
+
+
 def _gpus(n: int) -> str:
     return "1 GPU" if n == 1 else f"{n} GPUs"
+
+
+def _limits(other: Claim, claim: Claim) -> str:
+    """`other`'s window, when it bounds the conflict with `claim`: it ends, or starts
+    after `claim` does; "" for a claim that holds on from before `claim` with no end."""
+    starts_later = other.starts_at is not None and (claim.starts_at is None or other.starts_at > claim.starts_at)
+    return other.window() if other.ends_at is not None or starts_later else ""
+
+
+def _with_windows(held: Ledger, claim: Claim) -> tuple[str, ...]:
+    """The claims `held`, each with its window where that bounds the conflict; () when
+    none has such a window (the names alone say it)."""
+    windows = {c.name: _limits(c, claim) for c in held.claims}
+    if not any(windows.values()):
+        return ()
+    return tuple(f"{name} ({windows[name]})" if windows[name] else name for name in sorted(windows))
 
 
 def containers_on(device: Device) -> list[Container]:
@@ -135,8 +204,10 @@ def in_use(device: Device) -> bool:
 class Ledger:
     """The reservations on one node.
 
-    To validate an edit, build the ledger from every *other* claim on the node and fit
-    the edited claim: `Ledger(info, other_claims).fit(edited)`.
+    `reserved`, `free`, `holders`, `holder_of` and the use checks read the claims given as
+    held together: give them the claims in force now. `fit` reads the claims' windows: to
+    validate an edit, build the ledger from every *other* claim whose window may meet the
+    edited one's and fit it: `Ledger(info, other_claims).fit(edited)`.
     """
 
     def __init__(self, info: Info, claims: Iterable[Claim]) -> None:
@@ -181,47 +252,61 @@ class Ledger:
     def holder_of(self, device_index: int) -> str | None:
         """The claim holding that GPU by pinning it or by taking every GPU; None when
         it is free or only covered by a count (counts hold no particular GPU)."""
+        holding = self._holding(device_index)
+        return holding.name if holding is not None else None
+
+    def _holding(self, device_index: int) -> Claim | None:
         for claim in self.claims:
             if claim.all or device_index in self.pinned(claim):
-                return claim.name
+                return claim
         return None
 
     def fit(self, claim: Claim) -> FitError | None:
-        """Why `claim` cannot be placed on this node, or None when it can.
+        """Why `claim` cannot be placed on this node over its window, or None when it can.
 
-        Reasons, first one wins: no GPU; GPUs cannot be attached; an all-GPU claim while
-        anything is reserved; unknown device; a device named twice; a device held by
-        another claim; not enough free GPUs.
+        Reasons, first one wins: no GPU; GPUs cannot be attached; unknown device; a
+        device named twice; then, at the first instant of the window where it fails:
+        an all-GPU claim while anything is reserved, a device held by another claim,
+        not enough free GPUs. The claims in force only change where a window starts or
+        ends, so those instants are the only ones to check.
         """
         if not self.info.present or self.total == 0:
             return NoGPU()
         if not self.info.usable:
             return RuntimeMissing()
+        named: dict[int, str] = {}  # index -> the id that named it
+        for device_id in claim.device_ids:
+            device = self.resolve(device_id)
+            if device is None:
+                return UnknownDevice(device_id)
+            if device.index in named:
+                return DuplicateDevice(device_id, device.index)
+            named[device.index] = device_id
+        others = [c for c in self.claims if c.overlaps(claim)]
+        inside = {t for c in others for t in (c.starts_at, c.ends_at)
+                  if t is not None and _before(claim.starts_at, t) and _before(t, claim.ends_at)}
+        for moment in [claim.starts_at, *sorted(inside)]:
+            error = self._fit_at(claim, named, Ledger(self.info, [c for c in others if c.in_force(moment)]), moment)
+            if error is not None:
+                later = moment is not None and moment != claim.starts_at
+                return error.offer(moment if later else None)
+        return None
+
+    def _fit_at(self, claim: Claim, named: dict[int, str], held: Ledger, moment: datetime | None) -> FitError | None:
+        """`fit` at one instant, beside the claims `held` then."""
+        when = f"from {moment_text(moment)}" if moment is not None and moment != claim.starts_at else ""
         if claim.all:
-            if self.reserved > 0:
-                return Insufficient(
-                    self.total, self.free, self.total, tuple(self.holders)
-                )
+            if held.reserved > 0:
+                return Insufficient(self.total, held.free, self.total, tuple(held.holders), _with_windows(held, claim), when)
             return None
-        if claim.device_ids:
-            named: dict[int, str] = {}  # index -> the id that named it
-            for device_id in claim.device_ids:
-                device = self.resolve(device_id)
-                if device is None:
-                    return UnknownDevice(device_id)
-                if device.index in named:
-                    return DuplicateDevice(device_id, device.index)
-                named[device.index] = device_id
-            for index, device_id in named.items():
-                holder = self.holder_of(index)
-                if holder is not None:
-                    return DeviceTaken(device_id, index, holder)
-            need = len(named)
-        else:
-            need = claim.count
+        for index, device_id in named.items():
+            holding = held._holding(index)
+            if holding is not None:
+                return DeviceTaken(device_id, index, holding.name, _limits(holding, claim))
+        need = len(named) if named else claim.count
         # A pinned claim needs free GPUs too: counted claims may already use up the rest.
-        if need > self.free:
-            return Insufficient(need, self.free, self.total)
+        if need > held.free:
+            return Insufficient(need, held.free, self.total, shown=_with_windows(held, claim), when=when)
         return None
 
     def overlaps(self) -> list[tuple[Claim, FitError]]:

@@ -160,7 +160,7 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
         return results
     gpus, idle_since = _store_devices(fresh, now)
     lost = _lost_devices([node for node, _ in fresh])
-    claims = _claims([node for node, _ in fresh])
+    claims = _claims([node for node, _ in fresh], now)
     acks = acknowledgements([(node, snapshot.findings, gpus[node.pk]) for node, snapshot in fresh])
     all_findings, changed_claims, used = [], [], []
     rule = idle_rule()
@@ -169,7 +169,7 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
         # The node as this snapshot reports it, before its ledger is made from it.
         _update_node(node, snapshot, gpus[node.pk], now)
         ledger = node.ledger(gpus=gpus[node.pk], claims=claims[node.pk])
-        idle = accounting.idle_claims(ledger, idle_since[node.pk], [c.created_at for c in claims[node.pk]],
+        idle = accounting.idle_claims(ledger, idle_since[node.pk], [c.starts_at for c in claims[node.pk]],
                                       snapshot.collected_at - timedelta(hours=rule.hours), rule)
         changed = _flag_claims(ledger, claims[node.pk], idle)
         changed_claims += changed
@@ -313,9 +313,10 @@ def _lost_devices(nodes: list[Node]) -> dict[int, list[Device]]:
     return lost
 
 
-def _claims(nodes: list[Node]) -> dict[int, list[Claim]]:
+def _claims(nodes: list[Node], now) -> dict[int, list[Claim]]:
+    """The nodes' claims in force now: a booking ahead holds nothing yet, an ended claim nothing more."""
     claims: dict[int, list[Claim]] = {node.pk: [] for node in nodes}
-    in_order = Claim.objects.filter(node_id__any=list(claims)).order_by("created_at", "pk")
+    in_order = Claim.objects.filter(node_id__any=list(claims)).in_force(now).order_by("created_at", "pk")
     for claim in in_order.annotate(owner_name=F("owner__username")):
         claims[claim.node_id].append(claim)
     return claims

@@ -1,5 +1,5 @@
 """What a real site of the bench fleet's size has on its list pages, made in bulk: claims
-on about a third of the nodes across many owners (some expired, some idle or naming a
+on about a third of the nodes across many owners (some ended, some idle or naming a
 vanished GPU), events on most nodes (a few thousand open, the rest closed over the last
 weeks) and the claims' audit rows, so the claims, events and audit lists and the API
 lists are timed with realistic content rather than empty tables."""
@@ -28,7 +28,7 @@ EVENT_KINDS = (
 
 
 def populate_lists(node_ids: Sequence[int], say: Callable[[str], None] = print, now: datetime | None = None) -> dict:
-    """Claims on every third node (1 to 8 GPUs, one in ten expired), five events for
+    """Claims on every third node (1 to 8 GPUs, one in ten ended), five events for
     every six nodes (one in fifteen open), and one audit row per claim. Returns how
     many of each it made."""
     now = now or datetime.now(UTC)
@@ -55,11 +55,11 @@ def _owners(count: int) -> list:
 
 
 def _claim(i: int, node_id: int, owner, now: datetime) -> Claim:
-    expires = None
+    ends = None
     if i % 10 == 0:
-        expires = now - timedelta(hours=1 + i % 48)
+        ends = now - timedelta(hours=1 + i % 48)
     elif i % 10 < 5:
-        expires = now + timedelta(days=1 + i % 30)
+        ends = now + timedelta(days=1 + i % 30)
     return Claim(
         node_id=node_id,
         name=f"{WORKLOADS[i % len(WORKLOADS)]}-{i:05d}",
@@ -67,7 +67,8 @@ def _claim(i: int, node_id: int, owner, now: datetime) -> Claim:
         owner=owner,
         created_by=owner,
         contact=f"#team-{i % 40}" if i % 3 else "",
-        expires_at=expires,
+        starts_at=now - timedelta(days=3),
+        ends_at=ends,
         idle_since=now - timedelta(hours=30) if i % 25 == 0 else None,
         missing_devices=["GPU-missing"] if i % 500 == 0 else [],
     )

@@ -49,13 +49,13 @@ def run(now: datetime | None = None) -> Outcome:
     now = now or timezone.now()
     Claim.objects.filter(idle_since__isnull=True, idle_warned_at__isnull=False).update(idle_warned_at=None)
     outcome = Outcome()
-    for claim in _claims(Q(idle_since__isnull=False) & _UNTOLD):
+    for claim in _claims(Q(idle_since__isnull=False) & _UNTOLD, now):
         if warn(claim, now):
             outcome.warned.append(f"{claim.name} on {claim.node.name}")
     if settings.GPUFLEET_RELEASE_IDLE:
         due = now - grace()
         for claim in _claims(Q(idle_since__isnull=False, idle_warned_at__gte=F("idle_since"),
-                               idle_warned_at__lte=due)):
+                               idle_warned_at__lte=due), now):
             if release(claim, now):
                 outcome.released.append(f"{claim.name} on {claim.node.name}")
     return outcome
@@ -65,8 +65,9 @@ def grace() -> timedelta:
     return timedelta(hours=settings.GPUFLEET_IDLE_GRACE_HOURS)
 
 
-def _claims(condition: Q) -> list[Claim]:
-    return list(Claim.objects.filter(condition).select_related("node", "owner").order_by("pk"))
+def _claims(condition: Q, now: datetime) -> list[Claim]:
+    """The claims in force that meet `condition`: an ended claim holds nothing to hand back."""
+    return list(Claim.objects.in_force(now).filter(condition).select_related("node", "owner").order_by("pk"))
 
 
 def wasted_hours(claim: Claim, now: datetime) -> float:

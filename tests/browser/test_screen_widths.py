@@ -52,7 +52,7 @@ OVERFLOWING_TABLES = """() => Array.from(document.querySelectorAll(".table-scrol
 @pytest.fixture
 def busy_fleet(fleet, operator, admin_user):
     """The five nodes of `fleet`, a node failing on its GPUs, one with containers
-    outside their claims, 24 h of history, claims with owners, contacts and expiry,
+    outside their claims, 24 h of history, claims with owners, contacts and ends,
     a finished job with output, and an API token."""
     add_history(fleet[SPEC])
     sick = ingest_snapshot(failing_gpu_snapshot("h100-d01"))
@@ -64,7 +64,7 @@ def busy_fleet(fleet, operator, admin_user):
     claims.save_claim(fleet[SPEC], gpu.Claim(name="train-llm-70b-finetune",
                                              device_ids=tuple(gpu_uuid(SPEC, i) for i in range(4))), operator,
                       terms=claims.Terms(owner=operator, contact="#llm-team on chat, or ml-oncall@example.org",
-                                         expires_at=datetime.now(UTC) + timedelta(days=3)))
+                                         ends_at=datetime.now(UTC) + timedelta(days=3)))
     claims.save_claim(fleet[HEALTHY], gpu.Claim(name="batch-eval", count=4), operator)
     job = Job.objects.create(node=fleet[BROKEN], kind=JobKind.FIX, fix_code="toolkit", status=JobStatus.DONE,
                              requested_by=admin_user, started_at=datetime.now(UTC), finished_at=datetime.now(UTC),

@@ -10,6 +10,7 @@ import shutil
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import time_machine
 from playwright.sync_api import expect
 
 from gpufleet import gpu
@@ -93,9 +94,11 @@ def demo_fleet(users: dict, end: datetime) -> datetime:
         # Received as they were sent, so each node was first seen at its first snapshot.
         assert {result.outcome for result in ingest_snapshots(snaps, now=at + timedelta(seconds=2))} == {"accepted"}
         if step == 0:
-            for node, name, owner, pinned, count in CLAIMS:
-                claims.save_claim(Node.objects.get(name=node), gpu.Claim(name=name, count=count, device_ids=pinned),
-                                  users[owner])
+            # Made then: a claim holds its GPUs from when it starts.
+            with time_machine.travel(at + timedelta(seconds=3), tick=False):
+                for node, name, owner, pinned, count in CLAIMS:
+                    claims.save_claim(Node.objects.get(name=node), gpu.Claim(name=name, count=count, device_ids=pinned),
+                                      users[owner])
     while rollup.roll(end + rollup.GRACE):
         pass
     return first

@@ -49,7 +49,7 @@ def field_errors(html: str, field: str) -> list[str]:
 def all_errors(html: str) -> dict[str, list[str]]:
     """Every error slot that holds something, by field."""
     found = {}
-    for field in ("form", "name", "mode", "count", "devices"):
+    for field in ("form", "name", "mode", "count", "devices", "starts_at", "ends_at"):
         errors = field_errors(html, field)
         if errors:
             found[field] = errors

@@ -22,7 +22,7 @@ def test_it_fills_the_lists_of_a_fleet(viewer_client):
     made = populate_lists(ids, say=lambda _: None)
     assert made == {"owners": 1, "claims": 10, "events": 25, "audit": 10}
     assert Claim.objects.count() == 10 and Event.objects.count() == 25 and AuditEntry.objects.count() == 10
-    assert Claim.objects.filter(expires_at__isnull=False).exists()
+    assert Claim.objects.filter(ends_at__isnull=False).exists()
     assert 0 < Event.objects.filter(closed_at__isnull=True).count() < 25
     for url in ("/claims/", "/events/", "/audit/", "/api/claims/", "/api/events/"):
         assert viewer_client.get(url).status_code == 200, url

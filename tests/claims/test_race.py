@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from gpufleet import gpu
 from gpufleet.claims import services
@@ -60,3 +62,45 @@ def test_it_lets_exactly_one_of_two_racing_saves_take_the_last_gpu(operator, adm
     assert lost[0].message == "Needs 1 GPU but only 0 of 2 are free."
     assert sorted(Claim.objects.filter(node=node).values_list("name", flat=True)) == sorted(["train", won[0]])
     assert Node.objects.get(pk=node.pk).gpus_reserved == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_racing_bookings_of_one_gpu_in_overlapping_windows_never_both_hold_it(operator, admin_user, monkeypatch):
+    node = make_node("alpha", 2)
+    real_check = services.check_claim
+
+    def slow_check(*args, **kwargs):
+        verdict = real_check(*args, **kwargs)
+        time.sleep(0.3)
+        return verdict
+
+    monkeypatch.setattr(services, "check_claim", slow_check)
+    barrier = threading.Barrier(2)
+    outcomes: dict[str, object] = {}
+    soon = timezone.now().replace(microsecond=0) + timedelta(days=1)
+    windows = {"train": (soon, soon + timedelta(days=2)), "eval": (soon + timedelta(days=1), soon + timedelta(days=3))}
+
+    def book(name: str, user) -> None:
+        starts_at, ends_at = windows[name]
+        try:
+            barrier.wait(timeout=10)
+            outcomes[name] = services.save_claim(node, gpu.Claim(name=name, device_ids=("0",)), user,
+                                                 terms=services.Terms(owner=user, starts_at=starts_at, ends_at=ends_at))
+        except Exception as exc:  # recorded and asserted below
+            outcomes[name] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=book, args=("train", operator)),
+               threading.Thread(target=book, args=("eval", admin_user))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+
+    won = [o for o in outcomes.values() if isinstance(o, Claim)]
+    lost = [o for o in outcomes.values() if not isinstance(o, Claim)]
+    assert len(won) == 1 and len(lost) == 1, outcomes
+    assert isinstance(lost[0], services.ClaimRejected) and lost[0].code == "device_taken", outcomes
+    assert f"is already reserved by {won[0].name} {won[0].window()}" in lost[0].message
+    assert list(Claim.objects.filter(node=node).values_list("name", flat=True)) == [won[0].name]

@@ -70,12 +70,14 @@ def test_refusals_of_a_node_make_one_event_per_reason_that_counts_them_and_close
     assert event.closed_at == now + timedelta(seconds=60)
 
 
-def test_an_expired_claim_is_an_event_until_released_and_its_release_is_one(operator):
+def test_an_ended_claim_is_an_event_until_released_and_its_release_is_one(operator):
     node = Node.objects.create(name="n", gpu_count=2)
-    claim = Claim.objects.create(node=node, name="train", count=1, expires_at=timezone.now() - timedelta(hours=1))
+    claim = Claim.objects.create(node=node, name="train", count=1, starts_at=timezone.now() - timedelta(hours=3),
+                                 ends_at=timezone.now() - timedelta(hours=1))
     claim_tasks.release_expired()  # GPUFLEET_RELEASE_EXPIRED is off: flagged, not released
     expired = Event.objects.get(kind=Kind.CLAIM_EXPIRED)
     assert expired.claim_name == "train" and expired.closed_at is None and expired.node == node
+    assert "ended at" in expired.message and "free for other claims" in expired.message
     delete_claim(claim, operator, expected_updated_at=claim.updated_at)
     released = Event.objects.get(kind=Kind.CLAIM_RELEASED)
     assert released.claim_name == "train" and released.closed_at == released.opened_at

@@ -351,7 +351,9 @@ def test_the_page_shows_what_ingest_counted_and_the_beat_rolled(viewer_client, o
         snap["devices"][0]["processes"] = [{"pid": 4412, "name": "python3", "used_mib": 30720, "container": box}]
         assert {r.outcome for r in ingest_snapshots([snap], now=at)} == {"accepted"}
         if step == 0:
-            claim(Node.objects.get(name="alpha"), "train", operator, device_ids=("0",))
+            # Made then: a claim holds its GPUs from when it starts.
+            with time_machine.travel(at + timedelta(seconds=1), tick=False):
+                claim(Node.objects.get(name="alpha"), "train", operator, device_ids=("0",))
     rollup.roll(ten + timedelta(hours=2, minutes=5))
     assert UsageHour.objects.exists()
 

@@ -27,12 +27,16 @@ def claims_fleet_finding():
 
 @register.filter
 def time_left(claim, now=None) -> str:
-    """"3 h left", "expired 2 d ago", or "" for a claim that never ends."""
-    if claim.expires_at is None:
+    """"starts in 2 d" (a booking ahead), "3 h left", "ended 2 d ago", or "" for a
+    claim in force with no end."""
+    now = now or timezone.now()
+    if claim.starts_at is not None and claim.starts_at > now:
+        return f"starts in {_span((claim.starts_at - now).total_seconds())}"
+    if claim.ends_at is None:
         return ""
-    seconds = (claim.expires_at - (now or timezone.now())).total_seconds()
+    seconds = (claim.ends_at - now).total_seconds()
     span = _span(abs(seconds))
-    return f"{span} left" if seconds > 0 else f"expired {span} ago"
+    return f"{span} left" if seconds > 0 else f"ended {span} ago"
 
 
 def _span(seconds: float) -> str:
