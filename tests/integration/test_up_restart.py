@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import missing_service
+from tests.conftest import HANG_S, missing_service
 from tests.integration.test_up import _query, _started_pid, _wait
 from tests.integration.workers import REPO
 from tests.receivers import free_port
@@ -59,7 +59,7 @@ def test_snapshots_queued_when_up_stops_are_stored_after_its_restart_without_cri
     up = _up(env, port, log)
     try:
         # Running: the agent's snapshots read, stored and acknowledged, a few times.
-        _wait(lambda: _query(db, "select count(*) from fleet_devicesample")[0][0] >= 3 * 8, 90, "snapshots", up)
+        _wait(lambda: _query(db, "select count(*) from fleet_devicesample")[0][0] >= 3 * 8, HANG_S, "snapshots", up)
         consumer = _started_pid(log, "ingest")
         os.kill(consumer, signal.SIGSTOP)
         queued = subprocess.run([sys.executable, "manage.py", "shell", "-c", QUEUE], cwd=REPO, env=env,
@@ -72,8 +72,13 @@ def test_snapshots_queued_when_up_stops_are_stored_after_its_restart_without_cri
         assert not _query(db, "select count(*) from fleet_node where name like 'queued-%'")[0][0]
 
         up = _up(env, port, log)
-        _wait(lambda: _query(db, "select count(*) from fleet_node where name like 'queued-%'")[0][0] == BACKLOG,
-              90, "the queued snapshots stored", up)
+        try:
+            _wait(lambda: _query(db, "select count(*) from fleet_node where name like 'queued-%'")[0][0] == BACKLOG,
+                  HANG_S, "the queued snapshots stored", up)
+        except AssertionError as failed:
+            stored = _query(db, "select count(*) from fleet_node where name like 'queued-%'")[0][0]
+            tail = "\n".join(log.read_text().splitlines()[-80:])
+            raise AssertionError(f"{failed}: {stored} of {BACKLOG}; up's log ends:\n{tail}") from None
     finally:
         _stop(up)
     output = log.read_text()
