@@ -135,10 +135,13 @@ def report_progress(job_id: int, status: str, output: str = "", error: str = "",
     jobs = Job.objects.filter(pk=job_id, status__in=OPEN_STATUSES)
     if node is not None:
         jobs = jobs.filter(node__name=node)
-    moved = bool(jobs.update(**fields))
-    if moved and status.finished:
-        _finish_dcgm_diag(job_id, output, now)
-        events.record_fix(job_id, now)
+    # One transaction: a job never reads done without its result, and a report that fails
+    # half-way leaves the job open for the same report again.
+    with transaction.atomic():
+        moved = bool(jobs.update(**fields))
+        if moved and status.finished:
+            _finish_dcgm_diag(job_id, output, now)
+            events.record_fix(job_id, now)
     return moved
 
 

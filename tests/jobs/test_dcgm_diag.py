@@ -7,6 +7,7 @@ from datetime import timedelta
 from unittest.mock import ANY
 
 import pytest
+from django.db import OperationalError
 from django.urls import reverse
 from django.utils import timezone
 
@@ -146,6 +147,29 @@ def test_a_failed_run_is_a_failing_finding_on_the_page_until_a_passed_run(admin_
     assert node.health == "ok" and node.diagnostic["verdict"] == "pass"
     _with_dcgm(at=timezone.now() + timedelta(seconds=10))
     assert not Finding.objects.filter(code="dcgm-diag").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_report_whose_result_cannot_be_recorded_leaves_the_run_open_for_the_report_again(
+        admin_user, alpha, sent_tasks, monkeypatch):
+    # The consumer takes a report it could not handle again: the run must still be open then,
+    # or its result, finding and event are never recorded (and a page meanwhile reads done
+    # without them).
+    job = services.request_dcgm_diag(alpha, 1, admin_user)
+    services.report_progress(job.pk, JobStatus.RUNNING, node="alpha")
+    real = services.diagnostics.record_run
+
+    def lost(*args):
+        raise OperationalError("the database went away")
+
+    monkeypatch.setattr(services.diagnostics, "record_run", lost)
+    with pytest.raises(OperationalError):
+        services.report_progress(job.pk, "done", recording("dcgmi/diag-r1-fail-4.2.3-gb10.json"), node="alpha")
+    assert Job.objects.get(pk=job.pk).status == JobStatus.RUNNING
+    monkeypatch.setattr(services.diagnostics, "record_run", real)
+    assert services.report_progress(job.pk, "done", recording("dcgmi/diag-r1-fail-4.2.3-gb10.json"), node="alpha")
+    assert Job.objects.get(pk=job.pk).status == JobStatus.DONE
+    assert Finding.objects.filter(node=alpha, code="dcgm-diag", status="fail").exists()
 
 
 @pytest.mark.django_db
