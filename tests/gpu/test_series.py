@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -50,3 +51,11 @@ def test_occurrences_are_checked_beside_each_other():
     windows = occurrences("FREQ=HOURLY;COUNT=2", TUESDAY_9, TUESDAY_17, horizon=FAR)
     proposed = [Claim(f"lab-{n}", count=2, starts_at=s, ends_at=e) for n, (s, e) in enumerate(windows)]
     assert [(c.name, e.code) for c, e in series_conflicts(Ledger(node(2), []), proposed)] == [("lab-1", "insufficient")]
+
+
+def test_an_occurrence_keeps_its_time_of_day_across_a_change_of_summer_time():
+    berlin = ZoneInfo("Europe/Berlin")
+    first = datetime(2027, 3, 23, 9, 0, tzinfo=berlin)
+    windows = occurrences("FREQ=WEEKLY;COUNT=2", first, first + timedelta(hours=8), horizon=first + timedelta(days=30))
+    assert [(s.hour, e.hour, s.utcoffset()) for s, e in windows] == [
+        (9, 17, timedelta(hours=1)), (9, 17, timedelta(hours=2))]
