@@ -323,13 +323,12 @@ def occurrence_names(name: str, starts: list[datetime]) -> list[str]:
     return [f"{name}-{start:%Y-%m-%d}" if daily else f"{name}-{start:%Y-%m-%d-%H%M}" for start in local]
 
 
-def save_series(node: Node, proposed: gpu.Claim, user, terms: Terms, rule: str) -> list[Claim]:
-    """Create a repeating booking: `proposed` over the window of `terms` (which must end),
-    repeated by the iCalendar RRULE `rule`, as one claim per occurrence sharing a new
-    series id and named by `occurrence_names`. Every occurrence is checked by the ledger
-    beside the node's claims and the earlier occurrences under the node lock, and all are
-    saved, audited as single claims are, or none: SeriesRejected lists every conflict.
-    Also raises BadTerms (field "repeat" for a bad rule), BadName, NameTaken and InMaintenance."""
+def plan_series(node: Node, proposed: gpu.Claim, terms: Terms, rule: str) -> list[gpu.Claim]:
+    """The occurrences of `proposed` over the window of `terms` (which must end) repeated by
+    the iCalendar RRULE `rule`, named by `occurrence_names`, each checked by the ledger beside
+    the node's claims and the occurrences before it. Raises BadTerms (field "repeat" for a
+    bad rule), BadName, NameTaken or SeriesRejected, which lists every conflict. For the
+    form's validation; `save_series` asks again under the node lock."""
     bad = check_terms(terms)
     if bad is not None:
         raise bad
@@ -346,23 +345,30 @@ def save_series(node: Node, proposed: gpu.Claim, user, terms: Terms, rule: str) 
     longest = Claim._meta.get_field("name").max_length
     if max(len(name) for name in names) > longest:
         raise BadName(f"with the date of each occurrence added is longer than {longest} characters")
+    for name in names:
+        taken = check_name(node, name)
+        if taken is not None:
+            raise taken
     occurrences = [replace(proposed, name=name, starts_at=start, ends_at=end) for name, (start, end) in zip(names, windows, strict=True)]
+    others = node.claims.overlapping(windows[0][0], windows[-1][1])
+    conflicts = gpu.series_conflicts(node.ledger(claims=list(others)), occurrences)
+    if conflicts:
+        raise SeriesRejected(conflicts, len(occurrences))
+    return occurrences
+
+
+def save_series(node: Node, proposed: gpu.Claim, user, terms: Terms, rule: str) -> list[Claim]:
+    """Create a repeating booking (`plan_series`) as one claim per occurrence sharing a new
+    series id: all checked under the node lock and saved, audited as single claims are,
+    or none. Raises what plan_series raises, and InMaintenance."""
     series = uuid.uuid4()
     saved = []
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=node.pk)
         if (closed := maintenance.closed_to_claims(locked)) is not None:
             raise InMaintenance(closed)
-        for name in names:
-            taken = check_name(locked, name)
-            if taken is not None:
-                raise taken
-        others = locked.claims.overlapping(windows[0][0], windows[-1][1])
-        conflicts = gpu.series_conflicts(locked.ledger(claims=list(others)), occurrences)
-        if conflicts:
-            raise SeriesRejected(conflicts, len(occurrences))
         creator = user if user and user.is_authenticated else None
-        for occurrence in occurrences:
+        for occurrence in plan_series(locked, proposed, terms, rule):
             claim = Claim.objects.create(
                 node=locked, created_by=creator, name=occurrence.name,
                 count=proposed.count if not proposed.device_ids else 0, device_ids=list(proposed.device_ids),
