@@ -342,6 +342,9 @@ GPUFLEET_SUMMARY_MAX_AGE_S = env_float("GPUFLEET_SUMMARY_MAX_AGE_S", 5.0, minimu
 GPUFLEET_RELEASE_EXPIRED = env_bool("GPUFLEET_RELEASE_EXPIRED", False)
 # The longest window a claim with an end may have, in days: a booking cannot lock GPUs for months.
 GPUFLEET_MAX_RESERVATION_DAYS = env_int("GPUFLEET_MAX_RESERVATION_DAYS", 30, minimum=1)
+# How far a repeating booking may go: none of its occurrences starts later than this many
+# days after its first (a term of weekly labs fits).
+GPUFLEET_MAX_SERIES_DAYS = env_int("GPUFLEET_MAX_SERIES_DAYS", 366, minimum=1)
 # A claimed GPU is "claimed but idle" once it has had no process and stayed under this
 # utilization in every snapshot for this many hours.
 GPUFLEET_IDLE_UTIL_PERCENT = env_float("GPUFLEET_IDLE_UTIL_PERCENT", 5.0, minimum=0.0)

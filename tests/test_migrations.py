@@ -28,6 +28,7 @@ SHIPPED["sso"] = ["0001_initial", "0002_identity_refresh_token"]
 SHIPPED["events"].append("0005_ingest_dead_letter_kind")
 SHIPPED["alerts"].append("0002_delivery_muted")
 SHIPPED["claims"].append("0004_claim_windows")
+SHIPPED["claims"].append("0005_claim_series")
 
 
 def _migrations() -> dict[str, list[Path]]:

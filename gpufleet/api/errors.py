@@ -29,6 +29,18 @@ class ErrorDetail(Schema):
     field: str | None = Field(None, description="the input at fault, when one is; absent otherwise")
     ends_by: str | None = Field(
         None, description="a claim refused for a booking that starts later fits if it ends by then (ISO 8601)")
+    conflicts: list[ConflictDetail] | None = Field(
+        None, description="series_conflict: every occurrence of the repeating booking that does not fit")
+
+
+class ConflictDetail(Schema):
+    """One occurrence of a repeating booking that does not fit, with the ledger's refusal."""
+
+    name: str
+    starts_at: str
+    ends_at: str
+    code: str
+    message: str
 
 
 class Error(Schema):
@@ -45,10 +57,11 @@ def errors(*statuses: int) -> dict[int, type[Error]]:
 class ApiError(Exception):
     """Raised anywhere in the API to answer with this error."""
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None, ends_by: str | None = None):
+    def __init__(self, status: int, code: str, message: str, field: str | None = None, ends_by: str | None = None,
+                 conflicts: list[dict] | None = None):
         super().__init__(message)
         self.status, self.code, self.message, self.field = status, code, message, field
-        self.ends_by = ends_by
+        self.ends_by, self.conflicts = ends_by, conflicts
 
     @classmethod
     def from_claim_error(cls, exc: services.ClaimError) -> ApiError:
@@ -56,8 +69,12 @@ class ApiError(Exception):
         if isinstance(exc, services.BadTerms):
             field = exc.field
         ends_by = exc.error.ends_by if isinstance(exc, services.ClaimRejected) else None
+        conflicts = None
+        if isinstance(exc, services.SeriesRejected):
+            conflicts = [{"name": claim.name, "starts_at": claim.starts_at.isoformat(), "ends_at": claim.ends_at.isoformat(),
+                          "code": error.code, "message": services.sentence(str(error))} for claim, error in exc.conflicts]
         return cls(CLAIM_STATUS.get(exc.code, CONFLICT), exc.code, exc.message, field,
-                   ends_by.isoformat() if ends_by is not None else None)
+                   ends_by.isoformat() if ends_by is not None else None, conflicts)
 
 
 def unsupported_media_type(content_type: str) -> ApiError:
@@ -66,10 +83,11 @@ def unsupported_media_type(content_type: str) -> ApiError:
     return ApiError(415, "unsupported_media_type", f"send the body as JSON (Content-Type: application/json), not {sent}")
 
 
-def error(status: int, code: str, message: str, field: str | None = None, ends_by: str | None = None) -> JsonResponse:
-    body = Error(error=ErrorDetail(code=code, message=message, field=field or None, ends_by=ends_by))
+def error(status: int, code: str, message: str, field: str | None = None, ends_by: str | None = None,
+          conflicts: list[dict] | None = None) -> JsonResponse:
+    body = Error(error=ErrorDetail(code=code, message=message, field=field or None, ends_by=ends_by, conflicts=conflicts))
     return JsonResponse(body.model_dump(exclude_none=True), status=status)
 
 
 def answer(exc: ApiError) -> JsonResponse:
-    return error(exc.status, exc.code, exc.message, exc.field, exc.ends_by)
+    return error(exc.status, exc.code, exc.message, exc.field, exc.ends_by, exc.conflicts)

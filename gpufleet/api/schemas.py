@@ -55,6 +55,10 @@ class ClaimIn(Schema):
     contact: Annotated[str, StringConstraints(max_length=Claim._meta.get_field("contact").max_length)] = ""
     starts_at: datetime | None = None
     ends_at: datetime | None = None
+    # A new claim only: repeat its window by an iCalendar RRULE with an end (docs/claims.md).
+    repeat: Annotated[str, StringConstraints(max_length=500)] | None = Field(
+        None, description="repeat the window by an iCalendar RRULE with an end (COUNT or UNTIL),"
+                          " e.g. FREQ=WEEKLY;BYDAY=TU;COUNT=12: one claim per occurrence, all or none")
 
     @field_validator("starts_at", "ends_at")
     @classmethod
@@ -186,8 +190,16 @@ class ClaimOut(Out):
     ends_at: Time = _time("when it stops holding them; null: no end")
     in_force: bool = Field(description="holds its GPUs now: started and not ended")
     ended: bool
+    series: str | None = Field(description="the repeating booking the claim is an occurrence of; null: none")
     created_at: Time = _time()
     updated_at: Time = _time("the claim's version: send it back exactly as read to change or delete it")
+
+
+class SeriesOut(Out):
+    """A repeating booking just made: its occurrences, one claim each, in order."""
+
+    series: str
+    results: list[ClaimOut]
 
 
 class EventOut(Out):

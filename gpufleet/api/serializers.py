@@ -106,6 +106,7 @@ def claim(c: Claim) -> dict:
         "ends_at": _time(c.ends_at),
         "in_force": c.in_force(),
         "ended": c.ended,
+        "series": str(c.series) if c.series else None,
         "created_at": _time(c.created_at),
         "updated_at": _time(c.updated_at),
     }

@@ -39,6 +39,7 @@ from gpufleet.api.schemas import (
     NodeFindings,
     NodeSummary,
     PlacementOut,
+    SeriesOut,
     filter_query,
 )
 from gpufleet.claims import services
@@ -334,12 +335,19 @@ def node_claims(request: HttpRequest, name: str) -> dict:
 WRITE = errors(400, 401, 403, 404, 409, 415, 422)
 
 
-@api.post("/nodes/{node:name}/claims/", url_name="node_claims", response={201: ClaimOut, **WRITE}, **SENT)
+@api.post("/nodes/{node:name}/claims/", url_name="node_claims", response={201: ClaimOut | SeriesOut, **WRITE}, **SENT)
 def add_claim(request: HttpRequest, name: str, body: ClaimIn) -> Status:
-    """Add a claim to the node: 201 with the claim, or the ledger's refusal."""
+    """Add a claim to the node: 201 with the claim, or the ledger's refusal. With `repeat`:
+    201 with the series and its claims, or 409 series_conflict listing every occurrence
+    that does not fit (nothing saved)."""
     node = _node(name)
+    terms = _terms(body, request.user, None)
     try:
-        saved = services.save_claim(node, _proposed(body), request.user, terms=_terms(body, request.user, None))
+        if body.repeat is not None:
+            made = services.save_series(node, _proposed(body), request.user, terms, body.repeat)
+            rows = Claim.objects.select_related("node", "created_by", "owner").filter(series=made[0].series).order_by("starts_at")
+            return Status(201, {"series": str(made[0].series), "results": [serializers.claim(c) for c in rows]})
+        saved = services.save_claim(node, _proposed(body), request.user, terms=terms)
     except services.ClaimError as exc:
         raise ApiError.from_claim_error(exc) from None
     return Status(201, serializers.claim(_reload(saved)))
@@ -355,6 +363,9 @@ def claim(request: HttpRequest, pk: int) -> dict:
 def replace_claim(request: HttpRequest, pk: int, body: ClaimUpdate) -> dict:
     """Replace a claim, checked against the node's other claims; only if it is still the
     version `updated_at` names (409 stale otherwise)."""
+    if body.repeat is not None:
+        raise ApiError(422, "invalid", "a repeat is given when a booking is made; change each occurrence on its own",
+                       field="repeat")
     try:
         version = services.parse_version(body.updated_at)
         row = _claim(pk)

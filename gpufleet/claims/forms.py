@@ -32,6 +32,7 @@ _FIELD_FOR_CODE = {
     "stale": None,
     "gone": None,
     "version_required": None,
+    "series_conflict": "repeat",
 }
 _FIELD_FOR_MODE = {COUNT: "count", ALL: "mode", DEVICES: DEVICES}
 
@@ -79,6 +80,14 @@ class ClaimForm(forms.Form):
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         help_text="Empty: no end. From then the GPUs are free for other claims.",
     )
+    repeat = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Repeats",
+        help_text="Empty: once. An iCalendar rule with an end, e.g. FREQ=WEEKLY;BYDAY=TU;COUNT=12 (Tuesdays, 12 "
+                  "times) or FREQ=DAILY;UNTIL=20270115T000000Z: Starts and Ends give the first; every occurrence is "
+                  "booked as its own claim, or none.",
+    )
     updated_at = forms.CharField(required=False, widget=forms.HiddenInput)
 
     def __init__(
@@ -107,6 +116,8 @@ class ClaimForm(forms.Form):
         # Set by clean() when an edit came without a readable version token.
         self.version_refused = False
         self._version: datetime | None = None
+        if editing is not None:
+            del self.fields["repeat"]  # an occurrence is changed on its own
         self.fields["devices"].choices = _device_choices(ledger, devices, self._chosen())
 
     def _chosen(self) -> list[str]:
@@ -154,10 +165,16 @@ class ClaimForm(forms.Form):
             self.add_error(DEVICES, "Tick at least one GPU, or choose another option.")
         if self.errors:
             return data
+        proposed = self.proposed()
+        if self.repeat_rule():
+            try:
+                services.plan_series(self.node, proposed, self.terms(), self.repeat_rule())
+            except services.ClaimError as exc:
+                self.add_claim_error(exc)
+            return data
         bad_terms = services.check_terms(self.terms(), self.editing)
         if bad_terms is not None:
             self.add_error(bad_terms.field, bad_terms.message)
-        proposed = self.proposed()
         taken = services.check_name(self.node, proposed.name, self.editing)
         if taken is not None:
             self.add_claim_error(taken)
@@ -166,6 +183,10 @@ class ClaimForm(forms.Form):
         if error is not None:
             self.add_claim_error(services.ClaimRejected(error))
         return data
+
+    def repeat_rule(self) -> str:
+        """The repeat rule of a new claim ("": once). Call after is_valid()."""
+        return self.cleaned_data.get("repeat", "").strip()
 
     def proposed(self) -> gpu.Claim:
         """The claim as the domain sees it (no start: from now). Call after is_valid()."""

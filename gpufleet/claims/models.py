@@ -83,6 +83,8 @@ class Claim(models.Model):
     # central beat with GPUFLEET_RELEASE_EXPIRED).
     starts_at = models.DateTimeField(default=timezone.now)
     ends_at = models.DateTimeField(null=True, blank=True)
+    # The occurrences of one repeating booking share it (services.save_series); null for a single claim.
+    series = models.UUIDField(null=True, blank=True, editable=False, db_index=True)
 
     objects = ClaimQuerySet.as_manager()
 

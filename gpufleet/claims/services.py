@@ -9,6 +9,7 @@ people, so the editor and the API report the same reasons the same way."""
 from __future__ import annotations
 
 import unicodedata
+import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -66,6 +67,18 @@ class BadTerms(ClaimError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(problem)
         self.field = field
+
+
+class SeriesRejected(ClaimError):
+    """Occurrences of a repeating booking do not fit; `conflicts` lists each with the
+    ledger's refusal, and nothing of the series is saved."""
+
+    code = "series_conflict"
+
+    def __init__(self, conflicts: list[tuple[gpu.Claim, gpu.FitError]], total: int) -> None:
+        shown = "; ".join(f"{claim.name} ({claim.window()}): {error}" for claim, error in conflicts)
+        super().__init__(f"{len(conflicts)} of {total} occurrences do not fit, so none is saved: {shown}")
+        self.conflicts = conflicts
 
 
 @dataclass(frozen=True)
@@ -300,6 +313,72 @@ def save_claim(
         # this is a writer that bypassed the lock. Same answer as the check.
         raise NameTaken(proposed.name, node.name) from None
     return claim
+
+
+def occurrence_names(name: str, starts: list[datetime]) -> list[str]:
+    """Each occurrence's claim name: the series' name and its day in the site's time zone
+    ("lab-2026-12-08"), with the time too when the rule repeats within a day."""
+    local = [timezone.localtime(start) for start in starts]
+    daily = len({start.date() for start in local}) == len(local)
+    return [f"{name}-{start:%Y-%m-%d}" if daily else f"{name}-{start:%Y-%m-%d-%H%M}" for start in local]
+
+
+def plan_series(node: Node, proposed: gpu.Claim, terms: Terms, rule: str) -> list[gpu.Claim]:
+    """The occurrences of `proposed` over the window of `terms` (which must end) repeated by
+    the iCalendar RRULE `rule`, named by `occurrence_names`, each checked by the ledger beside
+    the node's claims and the occurrences before it. Raises BadTerms (field "repeat" for a
+    bad rule), BadName, NameTaken or SeriesRejected, which lists every conflict. For the
+    form's validation; `save_series` asks again under the node lock."""
+    bad = check_terms(terms)
+    if bad is not None:
+        raise bad
+    starts_at, ends_at = window(terms, None, timezone.now())
+    if ends_at is None:
+        raise BadTerms("ends_at", "a repeating booking needs an end: each occurrence lasts as long as the first")
+    first = timezone.localtime(starts_at)
+    horizon = first + timedelta(days=settings.GPUFLEET_MAX_SERIES_DAYS)
+    try:
+        windows = gpu.occurrences(rule, first, timezone.localtime(ends_at), horizon=horizon)
+    except gpu.BadRule as exc:
+        raise BadTerms("repeat", str(exc)) from None
+    names = occurrence_names(proposed.name, [start for start, _ in windows])
+    longest = Claim._meta.get_field("name").max_length
+    if max(len(name) for name in names) > longest:
+        raise BadName(f"with the date of each occurrence added is longer than {longest} characters")
+    for name in names:
+        taken = check_name(node, name)
+        if taken is not None:
+            raise taken
+    occurrences = [replace(proposed, name=name, starts_at=start, ends_at=end) for name, (start, end) in zip(names, windows, strict=True)]
+    others = node.claims.overlapping(windows[0][0], windows[-1][1])
+    conflicts = gpu.series_conflicts(node.ledger(claims=list(others)), occurrences)
+    if conflicts:
+        raise SeriesRejected(conflicts, len(occurrences))
+    return occurrences
+
+
+def save_series(node: Node, proposed: gpu.Claim, user, terms: Terms, rule: str) -> list[Claim]:
+    """Create a repeating booking (`plan_series`) as one claim per occurrence sharing a new
+    series id: all checked under the node lock and saved, audited as single claims are,
+    or none. Raises what plan_series raises, and InMaintenance."""
+    series = uuid.uuid4()
+    saved = []
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        if (closed := maintenance.closed_to_claims(locked)) is not None:
+            raise InMaintenance(closed)
+        creator = user if user and user.is_authenticated else None
+        for occurrence in plan_series(locked, proposed, terms, rule):
+            claim = Claim.objects.create(
+                node=locked, created_by=creator, name=occurrence.name,
+                count=proposed.count if not proposed.device_ids else 0, device_ids=list(proposed.device_ids),
+                starts_at=occurrence.starts_at, ends_at=occurrence.ends_at,
+                owner=terms.owner, contact=terms.contact, series=series,
+            )
+            record(user, "claim.create", node=locked, target=claim.name, after=claim.as_audit_dict())
+            saved.append(claim)
+        _store_reserved(locked)
+    return saved
 
 
 def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None,

@@ -134,7 +134,18 @@ def _edit(request, node: Node, editing: Claim | None) -> HttpResponse:
         return render_page(request, FORM_PAGE, _form_context(node, form, in_panel), partial=FORM_PARTIAL)
 
     form = _form(node, editing, data=request.POST)
-    if form.is_valid():
+    if form.is_valid() and form.repeat_rule():
+        try:
+            made = services.save_series(node, form.proposed(), request.user, form.terms(), form.repeat_rule())
+        except services.ClaimError as exc:
+            form.add_claim_error(exc)
+        else:
+            done = f"{len(made)} claims added, {made[0].name} to {made[-1].name}: {made[0].describe()} each."
+            if in_panel and wants_fragment(request):
+                return _panel_response(request, node, notice=done, changed=True)
+            messages.success(request, done)
+            return redirect(node_url(node))
+    elif form.is_valid():
         try:
             claim = services.save_claim(
                 node,

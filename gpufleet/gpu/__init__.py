@@ -84,6 +84,7 @@ from gpufleet.gpu.remedies import (
     Commands,
     command_text,
 )
+from gpufleet.gpu.series import MAX_OCCURRENCES, BadRule, occurrences, series_conflicts
 from gpufleet.gpu.usage import IdleRule, claim_use_findings
 from gpufleet.gpu.xid import (
     DEFAULT_XID_WINDOW_HOURS,
@@ -136,6 +137,8 @@ __all__ = [
     "TOOLKIT_ARGV",
     "XID_CATALOGUE",
     "Attach",
+    "BadRule",
+    "MAX_OCCURRENCES",
     "Candidate",
     "Claim",
     "CommandResult",
@@ -180,7 +183,9 @@ __all__ = [
     "parse_kernel_log",
     "parse_mig_list",
     "parse_smi",
+    "occurrences",
     "place",
+    "series_conflicts",
     "pci_address",
     "smi_failure_remedy",
     "uuid_key",

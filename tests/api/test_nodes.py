@@ -124,6 +124,7 @@ def test_it_gives_a_node_with_devices_findings_claims_and_ledger(viewer_client, 
             "ends_at": None,
             "in_force": True,
             "ended": False,
+            "series": None,
             "created_at": train.created_at.isoformat(),
             "updated_at": train.updated_at.isoformat(),
         }

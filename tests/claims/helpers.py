@@ -49,7 +49,9 @@ def field_errors(html: str, field: str) -> list[str]:
 def all_errors(html: str) -> dict[str, list[str]]:
     """Every error slot that holds something, by field."""
     found = {}
-    for field in ("form", "name", "mode", "count", "devices", "starts_at", "ends_at"):
+    for field in ("form", "name", "mode", "count", "devices", "starts_at", "ends_at", "repeat"):
+        if field == "repeat" and 'id="id_repeat_error"' not in html:
+            continue  # a new claim's only
         errors = field_errors(html, field)
         if errors:
             found[field] = errors
