@@ -55,17 +55,23 @@ def inbox():
 
 
 class Webhook:
-    """What the HTTP server received: each JSON body and its Authorization header. It
-    answers `status` (200 by default) after `delay` seconds."""
+    """What the HTTP server received: each JSON body and its Authorization header, and
+    the status it answered each with (`answered`). It answers `status` (200 by default)
+    after `delay` seconds."""
 
     def __init__(self):
         self.posts: list[dict] = []
+        self.answered: list[int] = []
         self.status = 200
         self.delay = 0.0
         self.lock = threading.Lock()
 
     def titles(self) -> list[str]:
         return [post["title"] for post in self.posts]
+
+    def accepted(self) -> list[dict]:
+        """The posts it answered with a success."""
+        return [post for post, status in zip(self.posts, self.answered, strict=True) if status < 300]
 
 
 @pytest.fixture
@@ -78,7 +84,8 @@ def webhook():
             time.sleep(hook.delay)
             with hook.lock:
                 hook.posts.append({**body, "path": self.path, "authorization": self.headers.get("Authorization")})
-            self.send_response(hook.status)
+                hook.answered.append(status := hook.status)
+            self.send_response(status)
             self.end_headers()
 
         def log_message(self, *args):

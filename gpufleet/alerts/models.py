@@ -25,7 +25,7 @@ class Channel(models.Model):
     redacted = models.CharField(max_length=40)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
-    # Set when a notification failed for good (every try), cleared by the next one sent.
+    # Set when a send failed, cleared by the next one that gets through.
     failing_since = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     last_sent_at = models.DateTimeField(null=True, blank=True)
@@ -146,8 +146,8 @@ class Delivery(models.Model):
     """One notification of a rule to a channel, about one or more events (those due in
     one grouping window). Sent by whichever sender claims it first (status pending ->
     sending with its `claim_token`, a conditional UPDATE); a claim older than
-    GPUFLEET_ALERT_CLAIM_TIMEOUT_S is taken again (its sender died). Tried up to
-    MAX_TRIES times, `next_try_at` further apart each time."""
+    GPUFLEET_ALERT_CLAIM_TIMEOUT_S is taken again (its sender died). Tried again,
+    `next_try_at` further apart each time, until sent or given up (services.give_up)."""
 
     rule = models.ForeignKey(Rule, null=True, blank=True, on_delete=models.SET_NULL, related_name="deliveries")
     rule_name = models.CharField(max_length=100)
