@@ -53,8 +53,9 @@ def problem(url: str) -> str | None:
     return None
 
 
-def send(url: str, title: str, body: str) -> Outcome:
-    """Send one notification; what apprise said of a failure, with the secrets out, or
+def send(url: str, title: str, body: str, notify_type: str = "info") -> Outcome:
+    """Send one notification of apprise's `notify_type` (info, success, warning, failure:
+    what a chat colours it by); what apprise said of a failure, with the secrets out, or
     which address `guard_destinations` refused."""
     notifier = apprise.Apprise()
     guard = None if settings.GPUFLEET_ALERT_ALLOW_PRIVATE else _Guard(tuple(settings.GPUFLEET_ALERT_ALLOW_HOSTS))
@@ -64,7 +65,8 @@ def send(url: str, title: str, body: str) -> Outcome:
             if not notifier.add(url.strip()):
                 return Outcome(False, problem(url) or "apprise cannot use this URL.")
             try:
-                result = notifier.notify(body=body, title=title, body_format=apprise.NotifyFormat.TEXT)
+                result = notifier.notify(body=body, title=title, body_format=apprise.NotifyFormat.TEXT,
+                                         notify_type=apprise.NotifyType(notify_type))
             except Exception as exc:
                 # A plugin's bug fails this send, not the sender and the deliveries after it.
                 result, said = False, scrub(f"{type(exc).__name__}: {exc}", url)

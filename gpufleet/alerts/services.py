@@ -348,7 +348,7 @@ def deliver(delivery: Delivery, token: uuid.UUID) -> str:
         mine.update(status=Status.FAILED, error="its channel was deleted")
         return Status.FAILED
     _write_message(delivery, events)
-    outcome = channels.send(channel.url, delivery.title, delivery.body)
+    outcome = channels.send(channel.url, delivery.title, delivery.body, notify_type(delivery.notice, events))
     now = timezone.now()
     if outcome.sent:
         if mine.update(status=Status.SENT, sent_at=now, error=""):
@@ -386,6 +386,15 @@ def give_up(now: datetime | None = None) -> int:
     if count:
         log.warning("%d alert(s) given up, undelivered %s", count, said.removeprefix("given up "))
     return count
+
+
+def notify_type(notice: str, events: list[Event]) -> str:
+    """apprise's type of a notification: success for a recovery, else its worst event's."""
+    if notice == Notice.RESOLVED:
+        return "success"
+    worst = max((Severity(event.severity) for event in events), key=lambda severity: severity.rank,
+                default=Severity.INFO)
+    return {Severity.FAIL: "failure", Severity.WARN: "warning"}.get(worst, "info")
 
 
 def _node_name(event: Event) -> str | None:

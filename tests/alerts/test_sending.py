@@ -290,3 +290,22 @@ def test_apprise_lines_never_reach_the_logs(alert_settings, rule, node, inbox, w
     ours = "\n".join(r.getMessage() for r in caplog.records if not r.name.startswith("mail.log"))  # the test's SMTP server
     assert WEBHOOK_PASSWORD not in ours and WEBHOOK_TOKEN not in ours and '"POST … HTTP/1.1" 200' in ours
     assert "alert" in ours  # our own line says it was sent, without the URL
+
+
+def test_the_apprise_type_follows_the_notice_failure_then_success_and_warning_for_a_warning(
+        alert_settings, channels, inbox, webhook):
+    hooked = Rule.objects.create(name="warnings too", min_severity=Severity.WARN, wait_minutes=0, created_at=T0)
+    hooked.channels.set(channels[1:])
+    failing_node, warning_node = Node.objects.bulk_create([Node(name="gpu-a01"), Node(name="gpu-b01")])
+    failing([failing_node], T0)
+    tick(T0 + timedelta(seconds=1))
+    events.observe([Kind.FINDING], [warning_node.pk], [events.Condition(
+        warning_node.pk, Kind.FINDING, "toolkit", Severity.WARN, "NVIDIA Container Toolkit", "not installed")],
+        T0 + timedelta(minutes=1))
+    tick(T0 + timedelta(minutes=1))
+    cleared([failing_node], T0 + timedelta(minutes=2))
+    tick(T0 + timedelta(minutes=2))
+    assert [(post["title"].split(":")[1].strip(), post["type"]) for post in webhook.posts] == [
+        ("GPU failing", "failure"), ("Warning", "warning"), ("Resolved", "success")]
+    services.send_test(Channel.objects.get(name="hook"))
+    assert webhook.posts[-1]["type"] == "info"
