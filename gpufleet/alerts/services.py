@@ -348,7 +348,8 @@ def deliver(delivery: Delivery, token: uuid.UUID) -> str:
         mine.update(status=Status.FAILED, error="its channel was deleted")
         return Status.FAILED
     _write_message(delivery, events)
-    outcome = channels.send(channel.url, delivery.title, delivery.body, notify_type(delivery.notice, events))
+    outcome = channels.send(channel.url, delivery.title, delivery.body, notify_type(delivery.notice, events),
+                            fields=webhook_fields(delivery, events))
     now = timezone.now()
     if outcome.sent:
         if mine.update(status=Status.SENT, sent_at=now, error=""):
@@ -395,6 +396,38 @@ def notify_type(notice: str, events: list[Event]) -> str:
     worst = max((Severity(event.severity) for event in events), key=lambda severity: severity.rank,
                 default=Severity.INFO)
     return {Severity.FAIL: "failure", Severity.WARN: "warning"}.get(worst, "info")
+
+
+# The version of `webhook_fields`: a receiver may check it, and it changes when they do.
+WEBHOOK_VERSION = "1"
+
+
+def webhook_fields(delivery: Delivery, events: list[Event]) -> dict:
+    """What a JSON or form webhook gets beside apprise's title, message and type, for a
+    machine to route on (docs/alerts.md): firing or resolved, the worst severity, the
+    kind, the group's key (the same for an event's firing and its recovery), and each
+    event with its link to the Events page."""
+    kinds = sorted({event.kind for event in events})
+    worst = max((Severity(event.severity) for event in events), key=lambda severity: severity.rank,
+                default=Severity.INFO)
+    return {
+        "version": WEBHOOK_VERSION,
+        "status": "resolved" if delivery.notice == Notice.RESOLVED else "firing",
+        "severity": worst.value,
+        "kind": kinds[0] if len(kinds) == 1 else "mixed",
+        "group_key": f"rule-{delivery.rule_id}/{'+'.join(kinds)}",
+        "events": [{
+            "id": event.pk, "node": _node_name(event), "gpu_index": event.gpu_index, "pci_bus_id": event.pci_bus_id,
+            "code": event.code, "message": event.message, "opened_at": _iso(event.opened_at),
+            "closed_at": _iso(event.closed_at), "url": events_link([event], delivery.notice),
+        } for event in events[:LISTED]],
+        "labels": {},
+        "url": events_link(events, delivery.notice) if events else "",
+    }
+
+
+def _iso(when: datetime | None) -> str | None:
+    return when.isoformat(timespec="seconds") if when is not None else None
 
 
 def _node_name(event: Event) -> str | None:
