@@ -27,6 +27,7 @@ SHIPPED["events"].append("0004_dcgm_diagnostic_kind")
 SHIPPED["sso"] = ["0001_initial", "0002_identity_refresh_token"]
 SHIPPED["events"].append("0005_ingest_dead_letter_kind")
 SHIPPED["alerts"].append("0002_delivery_muted")
+SHIPPED["alerts"].append("0003_channel_format")
 
 
 def _migrations() -> dict[str, list[Path]]:

@@ -48,10 +48,17 @@ def redact(url: str) -> str:
     return f"{match.group(1).lower()}://…" if match else "…"
 
 
-def problem(url: str) -> str | None:
-    """Why apprise cannot use `url` (None when it can), in words that hold none of it."""
+def problem(url: str, format: str = "apprise") -> str | None:
+    """Why a channel of `format` cannot use `url` (None when it can), in words that hold
+    none of it: apprise must know an apprise URL; the Alertmanager format posts to a
+    json(s):// or http(s):// URL."""
     if not _SCHEME.match(url.strip()):
         return "An apprise URL starts with its service, such as mailto:// or json://."
+    if format == "alertmanager":
+        if alertmanager_scheme(url) is None:
+            return (f"Alertmanager's format is posted to an http://, https://, json:// or jsons:// URL, "
+                    f"not {redact(url)}.")
+        return None
     if apprise.Apprise.instantiate(url.strip()) is None:
         return (f"apprise cannot use this {redact(url)} URL: check the service's URL form "
                 "in apprise's documentation.")
@@ -63,14 +70,23 @@ def send(url: str, title: str, body: str, notify_type: str = "info", fields: dic
     what a chat colours it by); what apprise said of a failure, with the secrets out, or
     which address `guard_destinations` refused. A JSON or form webhook (WEBHOOK_SCHEMES)
     given `fields` gets them beside apprise's title, message and type (`post`)."""
+    if fields is not None and webhook_scheme(url):
+        return _guarded(url, lambda: post(url, {"title": title, "message": body, "type": notify_type, **fields}))
+    return _guarded(url, lambda: _through_apprise(url, title, body, notify_type))
+
+
+def send_alertmanager(url: str, body: dict) -> Outcome:
+    """Post Alertmanager's webhook `body` to a channel's json(s):// or http(s):// URL,
+    as `send` does: guarded, and what comes back scrubbed."""
+    return _guarded(url, lambda: post(url, body))
+
+
+def _guarded(url: str, attempt) -> Outcome:
     guard = None if settings.GPUFLEET_ALERT_ALLOW_PRIVATE else _Guard(tuple(settings.GPUFLEET_ALERT_ALLOW_HOSTS))
     guarding = _guard.set(guard)
     try:
         with _sending(url):
-            if fields is not None and webhook_scheme(url):
-                outcome = post(url, {"title": title, "message": body, "type": notify_type, **fields})
-            else:
-                outcome = _through_apprise(url, title, body, notify_type)
+            outcome = attempt()
     finally:
         _guard.reset(guarding)
     if not outcome.sent and guard is not None and guard.refused:
@@ -109,17 +125,27 @@ def webhook_scheme(url: str) -> str | None:
     return WEBHOOK_SCHEMES.get(match.group(1).lower()) if match else None
 
 
+def alertmanager_scheme(url: str) -> str | None:
+    """The HTTP scheme Alertmanager's format posts to `url` with (json:// and http:// with
+    http); None for a URL it cannot be posted to."""
+    match = _SCHEME.match(url.strip())
+    scheme = match.group(1).lower() if match else ""
+    return scheme if scheme in ("http", "https") else {"json": "http", "jsons": "https"}.get(scheme)
+
+
 def post(url: str, body: dict) -> Outcome:
     """Post `body` to a json(s):// or form(s):// URL as apprise would read the URL: its
     user and password as basic auth, `+Header=value` as headers, `-name=value` as query
     arguments, `:key=value` as further body keys, `method=` and `verify=no`. A form gets
-    the nested values (events, labels) as JSON text. Only under `send`, which guards
-    where it may go and scrubs what comes back."""
+    the nested values (events, labels) as JSON text. A plain http(s):// URL is posted to
+    as it is. Only under `_guarded`, which guards where it may go and scrubs what comes
+    back."""
     parts = urlsplit(url.strip())
     headers, query, method, verify = {"User-Agent": "gpufleet"}, [], "POST", True
     body = dict(body)
+    plain = parts.scheme.lower() in ("http", "https")
     # Split by hand as apprise does: parse_qsl would read the "+" of a header as a space.
-    for pair in filter(None, parts.query.split("&")):
+    for pair in filter(None, "" if plain else parts.query.split("&")):
         key, _, value = (unquote(piece) for piece in pair.partition("="))
         if key.startswith("+"):
             headers[key[1:]] = value
@@ -140,7 +166,8 @@ def post(url: str, body: dict) -> Outcome:
     if parts.username is not None:
         pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
         headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-    target = urlunsplit((webhook_scheme(url), parts.netloc.rpartition("@")[2], parts.path or "/", urlencode(query), ""))
+    target = urlunsplit((alertmanager_scheme(url) or webhook_scheme(url), parts.netloc.rpartition("@")[2],
+                         parts.path or "/", parts.query if plain else urlencode(query), ""))
     context = ssl.create_default_context()
     if not verify:
         context.check_hostname, context.verify_mode = False, ssl.CERT_NONE

@@ -24,13 +24,15 @@ oldest first and grouped."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import re
 import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -42,7 +44,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from gpufleet.alerts import channels
-from gpufleet.alerts.models import Channel, Delivery, DeliveryEvent, Notice, Rule, Silence, Status
+from gpufleet.alerts.models import Channel, Delivery, DeliveryEvent, Format, Notice, Rule, Silence, Status
 from gpufleet.audit.models import Action, record
 from gpufleet.events.models import Event, Kind, Muted, Severity
 from gpufleet.fleet.maintenance import nodes_in_maintenance
@@ -348,8 +350,11 @@ def deliver(delivery: Delivery, token: uuid.UUID) -> str:
         mine.update(status=Status.FAILED, error="its channel was deleted")
         return Status.FAILED
     _write_message(delivery, events)
-    outcome = channels.send(channel.url, delivery.title, delivery.body, notify_type(delivery.notice, events),
-                            fields=webhook_fields(delivery, events))
+    if channel.format == Format.ALERTMANAGER:
+        outcome = channels.send_alertmanager(channel.url, alertmanager_body(delivery, events, channel.name))
+    else:
+        outcome = channels.send(channel.url, delivery.title, delivery.body, notify_type(delivery.notice, events),
+                                fields=webhook_fields(delivery, events))
     now = timezone.now()
     if outcome.sent:
         if mine.update(status=Status.SENT, sent_at=now, error=""):
@@ -424,6 +429,61 @@ def webhook_fields(delivery: Delivery, events: list[Event]) -> dict:
         "labels": {},
         "url": events_link(events, delivery.notice) if events else "",
     }
+
+
+# Alertmanager's endsAt of an alert still firing: its zero time.
+_STILL_FIRING = "0001-01-01T00:00:00Z"
+
+
+def alertmanager_body(delivery: Delivery, events: list[Event], receiver: str) -> dict:
+    """Alertmanager's webhook body (version 4) of a delivery, for a channel in its format:
+    one alert per event (the first LISTED; `truncatedAlerts` counts the rest), labelled
+    with what a receiver routes on, its fingerprint the same when it fires and resolves."""
+    kinds = sorted({event.kind for event in events})
+    status = "resolved" if delivery.notice == Notice.RESOLVED else "firing"
+    alerts = [_alert(event, status, delivery.notice) for event in events[:LISTED]]
+    group_labels = {"rule": delivery.rule_name, "kind": "+".join(kinds)}
+    return {
+        "version": "4",
+        "groupKey": "{}:" + json.dumps(group_labels, sort_keys=True),
+        "truncatedAlerts": max(0, len(events) - LISTED),
+        "status": status,
+        "receiver": receiver,
+        "groupLabels": group_labels,
+        "commonLabels": _common([alert["labels"] for alert in alerts]),
+        "commonAnnotations": _common([alert["annotations"] for alert in alerts]),
+        "externalURL": settings.GPUFLEET_SITE_URL.rstrip("/"),
+        "alerts": alerts,
+    }
+
+
+def _alert(event: Event, status: str, notice: str) -> dict:
+    labels = {"alertname": event.name or event.get_kind_display(), "kind": event.kind, "severity": event.severity,
+              "node": _node_name(event) or "", "gpu_index": "" if event.gpu_index is None else str(event.gpu_index),
+              "pci_bus_id": event.pci_bus_id, "code": event.code, "event_id": str(event.pk)}
+    labels = {key: value for key, value in labels.items() if value}
+    ends = event.closed_at if status == "resolved" and event.closed_at else None
+    return {
+        "status": status,
+        "labels": labels,
+        "annotations": {"summary": f"{_node_name(event) or 'the site'}: {event.name or event.get_kind_display()}",
+                        "description": event.message},
+        "startsAt": _rfc3339(event.opened_at),
+        "endsAt": _rfc3339(ends) if ends else _STILL_FIRING,
+        "generatorURL": events_link([event], notice),
+        "fingerprint": hashlib.sha256(json.dumps(labels, sort_keys=True).encode()).hexdigest()[:16],
+    }
+
+
+def _common(mappings: list[dict]) -> dict:
+    """The pairs every mapping has."""
+    if not mappings:
+        return {}
+    return {key: value for key, value in mappings[0].items() if all(m.get(key) == value for m in mappings[1:])}
+
+
+def _rfc3339(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _iso(when: datetime | None) -> str | None:
@@ -537,8 +597,18 @@ def failing_channels_finding() -> FleetFinding | None:
 def send_test(channel: Channel) -> channels.Outcome:
     """Send a test notification to a channel now (the Channels page's button). One that
     arrives is a send like any other: the channel works, and shows when it last sent."""
-    outcome = channels.send(channel.url, "gpufleet: test notification",
-                            f"A test from gpufleet to the channel {channel.name}: if you read this, it works.")
+    said = f"A test from gpufleet to the channel {channel.name}: if you read this, it works."
+    if channel.format == Format.ALERTMANAGER:
+        now = timezone.now()
+        alert = {"status": "firing", "labels": {"alertname": "gpufleet test notification", "severity": "info"},
+                 "annotations": {"summary": said}, "startsAt": _rfc3339(now), "endsAt": _STILL_FIRING,
+                 "generatorURL": settings.GPUFLEET_SITE_URL, "fingerprint": "0" * 16}
+        outcome = channels.send_alertmanager(channel.url, {
+            "version": "4", "groupKey": "{}:{}", "truncatedAlerts": 0, "status": "firing", "receiver": channel.name,
+            "groupLabels": {}, "commonLabels": alert["labels"], "commonAnnotations": alert["annotations"],
+            "externalURL": settings.GPUFLEET_SITE_URL.rstrip("/"), "alerts": [alert]})
+    else:
+        outcome = channels.send(channel.url, "gpufleet: test notification", said)
     if outcome.sent:
         Channel.objects.filter(pk=channel.pk).update(failing_since=None, last_error="", last_sent_at=timezone.now())
     return outcome
@@ -549,27 +619,30 @@ def send_test(channel: Channel) -> channels.Outcome:
 
 def channel_state(channel: Channel) -> dict:
     """What the audit log keeps of a channel: never its URL."""
-    return {"name": channel.name, "url": channel.redacted}
+    return {"name": channel.name, "url": channel.redacted, "format": channel.format}
 
 
-def save_channel(user, name: str, url: str | None, editing: Channel | None = None) -> Channel:
-    """Add a channel, or change one (`url` None or empty keeps its URL). The URL must be
-    one apprise can use (channels.problem). The audit row says "URL changed", never what to."""
+def save_channel(user, name: str, url: str | None, editing: Channel | None = None, format: str | None = None) -> Channel:
+    """Add a channel, or change one (`url` None or empty keeps its URL, `format` None its
+    format). The URL must be one its format can use (channels.problem). The audit row says
+    "URL changed", never what to."""
     url = (url or "").strip()
     with transaction.atomic():
         if editing is None:
-            channel = Channel.objects.create(name=name, url=url, redacted=channels.redact(url))
+            channel = Channel.objects.create(name=name, url=url, redacted=channels.redact(url),
+                                             format=format or Format.APPRISE)
             record(user, Action.CHANNEL_CREATE, target=name, after=channel_state(channel))
             return channel
         before = channel_state(editing)
         editing.name = name
+        editing.format = format or editing.format
         changed = bool(url) and url != editing.url
         if changed:
             editing.url, editing.redacted = url, channels.redact(url)
             # A new URL deserves a fresh start: it may work where the old one failed.
             editing.failing_since, editing.last_error = None, ""
         editing.save()
-        after = {"name": name, "url": "URL changed" if changed else editing.redacted}
+        after = {"name": name, "url": "URL changed" if changed else editing.redacted, "format": editing.format}
         record(user, Action.CHANNEL_UPDATE, target=name, before=before, after=after)
         return editing
 
