@@ -445,7 +445,8 @@ def alertmanager_body(delivery: Delivery, events: list[Event], receiver: str) ->
     group_labels = {"rule": delivery.rule_name, "kind": "+".join(kinds)}
     return {
         "version": "4",
-        "groupKey": "{}:" + json.dumps(group_labels, sort_keys=True),
+        # Written as Alertmanager writes it: the route's matchers (none), then the group's labels.
+        "groupKey": "{}:{" + ", ".join(f"{key}={json.dumps(value)}" for key, value in sorted(group_labels.items())) + "}",
         "truncatedAlerts": max(0, len(events) - LISTED),
         "status": status,
         "receiver": receiver,

@@ -64,7 +64,7 @@ def test_an_alertmanager_channel_posts_version_4_firing_then_resolved(alert_sett
                           "commonLabels", "commonAnnotations", "externalURL", "alerts"}
     assert fired["version"] == "4" and fired["status"] == "firing" and fired["receiver"] == "am"
     assert fired["truncatedAlerts"] == 0 and fired["externalURL"] == "https://fleet.example.com"
-    assert isinstance(fired["groupKey"], str) and fired["groupKey"]
+    assert fired["groupKey"] == '{}:{kind="finding", rule="Failing or offline"}'
     assert fired["groupLabels"] == {"rule": "Failing or offline", "kind": "finding"}
     [alert] = fired["alerts"]
     labels = {"alertname": "GPU 3 Xid 79", "kind": "finding", "severity": "fail", "node": "gpu-a01",
