@@ -390,12 +390,15 @@ GPUFLEET_INGEST_SILENCE_ALERT_S = env_float("GPUFLEET_INGEST_SILENCE_ALERT_S",
                                             max(300.0, 2 * GPUFLEET_COLLECT_INTERVAL), minimum=1.0)
 # Alerts (gpufleet/alerts, docs/alerts.md): the central beat plans and sends them every
 # TICK_S; events due within GROUP_S of each other go as one notification per rule and
-# channel; a failed send is tried again RETRY_S later (doubling, three tries in all); a
-# send claimed longer than CLAIM_TIMEOUT_S ago (its sender died) is taken again, so keep
-# it longer than any send may take. Links in notifications start with SITE_URL.
+# channel; a failed send is tried again RETRY_S later, doubling up to RETRY_MAX_S, while
+# any of its events is open and for GIVE_UP_HOURS after they all closed; a send claimed
+# longer than CLAIM_TIMEOUT_S ago (its sender died) is taken again, so keep it longer
+# than any send may take. Links in notifications start with SITE_URL.
 GPUFLEET_ALERT_TICK_S = env_float("GPUFLEET_ALERT_TICK_S", 10.0, minimum=1.0)
 GPUFLEET_ALERT_GROUP_S = env_float("GPUFLEET_ALERT_GROUP_S", 30.0, minimum=0.0)
 GPUFLEET_ALERT_RETRY_S = env_float("GPUFLEET_ALERT_RETRY_S", 60.0, minimum=1.0)
+GPUFLEET_ALERT_RETRY_MAX_S = env_float("GPUFLEET_ALERT_RETRY_MAX_S", 1800.0, minimum=1.0)
+GPUFLEET_ALERT_GIVE_UP_HOURS = env_float("GPUFLEET_ALERT_GIVE_UP_HOURS", 24.0, minimum=0.0)
 GPUFLEET_ALERT_CLAIM_TIMEOUT_S = env_float("GPUFLEET_ALERT_CLAIM_TIMEOUT_S", 300.0, minimum=10.0)
 # A channel reaches no loopback, link-local, private or reserved address (its admin could
 # probe the centre's own network) unless allowed here: hosts by name, address or CIDR.

@@ -1,5 +1,5 @@
 """Real receivers on loopback, each on its own port: an SMTP server (aiosmtpd) that
-apprise's mailto:// reaches, and an HTTP server that takes apprise's json:// webhook.
+apprise's mailto:// reaches, and an HTTP server that takes a json:// or form:// webhook.
 A plugin of tests/conftest.py: the alert tests and the browser journeys share them."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import time
 from email import message_from_bytes
 from email.policy import default as email_policy
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl
 
 import pytest
 from aiosmtpd.controller import Controller
@@ -55,17 +56,28 @@ def inbox():
 
 
 class Webhook:
-    """What the HTTP server received: each JSON body and its Authorization header. It
-    answers `status` (200 by default) after `delay` seconds."""
+    """What the HTTP server received: each JSON body and its Authorization header, and
+    the status it answered each with (`answered`). It answers `status` (200 by default)
+    after `delay` seconds."""
 
     def __init__(self):
         self.posts: list[dict] = []
+        self.answered: list[int] = []
         self.status = 200
         self.delay = 0.0
         self.lock = threading.Lock()
 
     def titles(self) -> list[str]:
         return [post["title"] for post in self.posts]
+
+    def accepted(self) -> list[dict]:
+        """The posts it answered with a success."""
+        return [post for post, status in zip(self.posts, self.answered, strict=True) if status < 300]
+
+
+def _form_value(value: str):
+    """A form field as sent: the nested ones (events, labels) are JSON text."""
+    return json.loads(value) if value[:1] in "[{" else value
 
 
 @pytest.fixture
@@ -74,11 +86,17 @@ def webhook():
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            raw = self.rfile.read(int(self.headers["Content-Length"]))
+            if self.headers.get("Content-Type", "").startswith("application/x-www-form-urlencoded"):
+                body = {key: _form_value(value) for key, value in parse_qsl(raw.decode())}
+            else:
+                body = json.loads(raw)
             time.sleep(hook.delay)
             with hook.lock:
-                hook.posts.append({**body, "path": self.path, "authorization": self.headers.get("Authorization")})
-            self.send_response(hook.status)
+                hook.posts.append({**body, "path": self.path, "authorization": self.headers.get("Authorization"),
+                                   "x-team": self.headers.get("X-Team")})
+                hook.answered.append(status := hook.status)
+            self.send_response(status)
             self.end_headers()
 
         def log_message(self, *args):

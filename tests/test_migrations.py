@@ -29,6 +29,7 @@ SHIPPED["events"].append("0005_ingest_dead_letter_kind")
 SHIPPED["alerts"].append("0002_delivery_muted")
 SHIPPED["claims"].append("0004_claim_windows")
 SHIPPED["claims"].append("0005_claim_series")
+SHIPPED["alerts"].append("0003_channel_format")
 
 
 def _migrations() -> dict[str, list[Path]]:

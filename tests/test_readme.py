@@ -15,7 +15,7 @@ from markdown_it import MarkdownIt
 REPO = Path(__file__).resolve().parents[1]
 
 # Blocks that are not commands, by how their first line starts.
-NOT_SHELL = ("gpufleet/gpu/ ", "location / {", "scrape_configs:", "# /etc/gpufleet/central.env")
+NOT_SHELL = ("gpufleet/gpu/ ", "location / {", "scrape_configs:", "# /etc/gpufleet/central.env", "{")
 
 # Blocks no test runs, by their first line, and why.
 NOT_RUN = {

@@ -10,17 +10,22 @@ the server can (`guard_destinations`)."""
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import itertools
+import json
 import logging
 import re
 import socket
+import ssl
 import sys
 import threading
+import urllib.error
+import urllib.request
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import apprise
 from django.conf import settings
@@ -43,40 +48,139 @@ def redact(url: str) -> str:
     return f"{match.group(1).lower()}://…" if match else "…"
 
 
-def problem(url: str) -> str | None:
-    """Why apprise cannot use `url` (None when it can), in words that hold none of it."""
+def problem(url: str, format: str = "apprise") -> str | None:
+    """Why a channel of `format` cannot use `url` (None when it can), in words that hold
+    none of it: apprise must know an apprise URL; the Alertmanager format posts to a
+    json(s):// or http(s):// URL."""
     if not _SCHEME.match(url.strip()):
         return "An apprise URL starts with its service, such as mailto:// or json://."
+    if format == "alertmanager":
+        if alertmanager_scheme(url) is None:
+            return (f"Alertmanager's format is posted to an http://, https://, json:// or jsons:// URL, "
+                    f"not {redact(url)}.")
+        return None
     if apprise.Apprise.instantiate(url.strip()) is None:
         return (f"apprise cannot use this {redact(url)} URL: check the service's URL form "
                 "in apprise's documentation.")
     return None
 
 
-def send(url: str, title: str, body: str) -> Outcome:
-    """Send one notification; what apprise said of a failure, with the secrets out, or
-    which address `guard_destinations` refused."""
-    notifier = apprise.Apprise()
+def send(url: str, title: str, body: str, notify_type: str = "info", fields: dict | None = None) -> Outcome:
+    """Send one notification of apprise's `notify_type` (info, success, warning, failure:
+    what a chat colours it by); what apprise said of a failure, with the secrets out, or
+    which address `guard_destinations` refused. A JSON or form webhook (WEBHOOK_SCHEMES)
+    given `fields` gets them beside apprise's title, message and type (`post`)."""
+    if fields is not None and webhook_scheme(url):
+        return _guarded(url, lambda: post(url, {"title": title, "message": body, "type": notify_type, **fields}))
+    return _guarded(url, lambda: _through_apprise(url, title, body, notify_type))
+
+
+def send_alertmanager(url: str, body: dict) -> Outcome:
+    """Post Alertmanager's webhook `body` to a channel's json(s):// or http(s):// URL,
+    as `send` does: guarded, and what comes back scrubbed."""
+    return _guarded(url, lambda: post(url, body))
+
+
+def _guarded(url: str, attempt) -> Outcome:
     guard = None if settings.GPUFLEET_ALERT_ALLOW_PRIVATE else _Guard(tuple(settings.GPUFLEET_ALERT_ALLOW_HOSTS))
     guarding = _guard.set(guard)
     try:
         with _sending(url):
-            if not notifier.add(url.strip()):
-                return Outcome(False, problem(url) or "apprise cannot use this URL.")
-            try:
-                result = notifier.notify(body=body, title=title, body_format=apprise.NotifyFormat.TEXT)
-            except Exception as exc:
-                # A plugin's bug fails this send, not the sender and the deliveries after it.
-                result, said = False, scrub(f"{type(exc).__name__}: {exc}", url)
-            else:
-                said = scrub("; ".join(dict.fromkeys(entry.message for entry in result.logs())), url)
+            outcome = attempt()
     finally:
         _guard.reset(guarding)
+    if not outcome.sent and guard is not None and guard.refused:
+        return Outcome(False, "; ".join(dict.fromkeys(guard.refused)))
+    return outcome
+
+
+def _through_apprise(url: str, title: str, body: str, notify_type: str) -> Outcome:
+    notifier = apprise.Apprise()
+    if not notifier.add(url.strip()):
+        return Outcome(False, problem(url) or "apprise cannot use this URL.")
+    try:
+        result = notifier.notify(body=body, title=title, body_format=apprise.NotifyFormat.TEXT,
+                                 notify_type=apprise.NotifyType(notify_type))
+    except Exception as exc:
+        # A plugin's bug fails this send, not the sender and the deliveries after it.
+        return Outcome(False, scrub(f"{type(exc).__name__}: {exc}", url))
     if result:
         return Outcome(True)
-    if guard is not None and guard.refused:
-        return Outcome(False, "; ".join(dict.fromkeys(guard.refused)))
+    said = scrub("; ".join(dict.fromkeys(entry.message for entry in result.logs())), url)
     return Outcome(False, said or "apprise reported a failure")
+
+
+# --- JSON and form webhooks --------------------------------------------------------------
+
+# apprise's webhook services whose body gpufleet writes itself (apprise's own is flat
+# text), and the HTTP scheme each posts with.
+WEBHOOK_SCHEMES = {"json": "http", "jsons": "https", "form": "http", "forms": "https"}
+WEBHOOK_TIMEOUT_S = 10
+_OFF = frozenset({"no", "false", "0", "off", "n"})
+
+
+def webhook_scheme(url: str) -> str | None:
+    """The HTTP scheme a JSON or form webhook URL posts with; None for any other URL."""
+    match = _SCHEME.match(url.strip())
+    return WEBHOOK_SCHEMES.get(match.group(1).lower()) if match else None
+
+
+def alertmanager_scheme(url: str) -> str | None:
+    """The HTTP scheme Alertmanager's format posts to `url` with (json:// and http:// with
+    http); None for a URL it cannot be posted to."""
+    match = _SCHEME.match(url.strip())
+    scheme = match.group(1).lower() if match else ""
+    return scheme if scheme in ("http", "https") else {"json": "http", "jsons": "https"}.get(scheme)
+
+
+def post(url: str, body: dict) -> Outcome:
+    """Post `body` to a json(s):// or form(s):// URL as apprise would read the URL: its
+    user and password as basic auth, `+Header=value` as headers, `-name=value` as query
+    arguments, `:key=value` as further body keys, `method=` and `verify=no`. A form gets
+    the nested values (events, labels) as JSON text. A plain http(s):// URL is posted to
+    as it is. Only under `_guarded`, which guards where it may go and scrubs what comes
+    back."""
+    parts = urlsplit(url.strip())
+    headers, query, method, verify = {"User-Agent": "gpufleet"}, [], "POST", True
+    body = dict(body)
+    plain = parts.scheme.lower() in ("http", "https")
+    # Split by hand as apprise does: parse_qsl would read the "+" of a header as a space.
+    for pair in filter(None, "" if plain else parts.query.split("&")):
+        key, _, value = (unquote(piece) for piece in pair.partition("="))
+        if key.startswith("+"):
+            headers[key[1:]] = value
+        elif key.startswith("-"):
+            query.append((key[1:], value))
+        elif key.startswith(":") and value:
+            body.setdefault(key[1:], value)
+        elif key == "method":
+            method = value.upper()
+        elif key == "verify":
+            verify = value.lower() not in _OFF
+    if parts.scheme.lower().startswith("form"):
+        data = urlencode({key: value if isinstance(value, str) else json.dumps(value) for key, value in body.items()})
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
+    else:
+        data = json.dumps(body)
+        headers["Content-Type"] = "application/json"
+    if parts.username is not None:
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+    target = urlunsplit((alertmanager_scheme(url) or webhook_scheme(url), parts.netloc.rpartition("@")[2],
+                         parts.path or "/", parts.query if plain else urlencode(query), ""))
+    context = ssl.create_default_context()
+    if not verify:
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    request = urllib.request.Request(target, data=data.encode(), headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_S, context=context):
+            return Outcome(True)
+    except urllib.error.HTTPError as exc:
+        return Outcome(False, scrub(f"the webhook answered {exc.code} {exc.reason}", url))
+    except urllib.error.URLError as exc:
+        return Outcome(False, scrub(f"the webhook could not be reached: {exc.reason}", url))
+    except (OSError, ValueError) as exc:
+        return Outcome(False, scrub(f"the webhook could not be reached: {type(exc).__name__}: {exc}", url))
 
 
 def scrub(text: str, url: str) -> str:

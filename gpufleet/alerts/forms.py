@@ -9,7 +9,7 @@ from django import forms
 from django.utils import timezone
 
 from gpufleet.alerts import channels
-from gpufleet.alerts.models import Channel, Rule, Silence, Status
+from gpufleet.alerts.models import Channel, Format, Rule, Silence, Status
 from gpufleet.events.models import Kind
 
 
@@ -22,6 +22,9 @@ class ChannelForm(forms.Form):
         help_text="Such as mailtos://user:password@smtp.example.com?to=ops@example.com or "
                   "json://hooks.example.com/gpufleet. Shown only as its scheme once saved.",
     )
+
+    format = forms.ChoiceField(choices=Format.choices, initial=Format.APPRISE, required=False,
+                               help_text="Alertmanager's format is posted to an http(s):// or json(s):// URL.")
 
     def __init__(self, *args, editing: Channel | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -45,9 +48,18 @@ class ChannelForm(forms.Form):
             if self.editing is None:
                 raise forms.ValidationError("An apprise URL is needed.", code="required")
             return ""
-        if (problem := channels.problem(url)) is not None:
-            raise forms.ValidationError(problem, code="invalid")
         return url
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        # Left out (a form from before the field): the channel's own, else apprise.
+        format = cleaned["format"] = cleaned.get("format") or getattr(self.editing, "format", Format.APPRISE)
+        url = cleaned.get("url")
+        if "url" in cleaned and (url or self.editing is not None):
+            problem = channels.problem(url or self.editing.url, format)
+            if problem is not None:
+                self.add_error("url" if url else "format", forms.ValidationError(problem, code="invalid"))
+        return cleaned
 
 
 class RuleForm(forms.ModelForm):

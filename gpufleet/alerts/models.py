@@ -14,18 +14,29 @@ from django.utils import timezone
 from gpufleet.events.models import Kind, Muted, Severity
 
 
+class Format(models.TextChoices):
+    """What a channel sends: apprise's message for its service (a JSON or form webhook
+    gets gpufleet's fields beside it), or Alertmanager's webhook body (version 4) posted
+    to its http(s) URL, for receivers made for Alertmanager."""
+
+    APPRISE = "apprise", "apprise (the service's own message)"
+    ALERTMANAGER = "alertmanager", "Alertmanager webhook (version 4)"
+
+
 class Channel(models.Model):
-    """Where notifications go: an apprise URL (mailto://, json://, slack://, ...). The
-    URL holds secrets (passwords, webhook tokens): after saving it is read only to send,
-    and pages, the API, the audit log and logs see `redacted` alone."""
+    """Where notifications go: an apprise URL (mailto://, json://, slack://, ...), or an
+    http(s) URL for the Alertmanager `format`. The URL holds secrets (passwords, webhook
+    tokens): after saving it is read only to send, and pages, the API, the audit log and
+    logs see `redacted` alone."""
 
     name = models.CharField(max_length=100, unique=True)
     url = models.TextField()
     # What may be shown of the URL: its scheme (apprise's service), never more.
     redacted = models.CharField(max_length=40)
+    format = models.CharField(max_length=12, choices=Format.choices, default=Format.APPRISE)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
-    # Set when a notification failed for good (every try), cleared by the next one sent.
+    # Set when a send failed, cleared by the next one that gets through.
     failing_since = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     last_sent_at = models.DateTimeField(null=True, blank=True)
@@ -146,8 +157,8 @@ class Delivery(models.Model):
     """One notification of a rule to a channel, about one or more events (those due in
     one grouping window). Sent by whichever sender claims it first (status pending ->
     sending with its `claim_token`, a conditional UPDATE); a claim older than
-    GPUFLEET_ALERT_CLAIM_TIMEOUT_S is taken again (its sender died). Tried up to
-    MAX_TRIES times, `next_try_at` further apart each time."""
+    GPUFLEET_ALERT_CLAIM_TIMEOUT_S is taken again (its sender died). Tried again,
+    `next_try_at` further apart each time, until sent or given up (services.give_up)."""
 
     rule = models.ForeignKey(Rule, null=True, blank=True, on_delete=models.SET_NULL, related_name="deliveries")
     rule_name = models.CharField(max_length=100)

@@ -15,30 +15,36 @@ is one message. A node under an active silence gets a delivery marked silenced i
 Sending is Healthchecks' sendalerts pattern: a sender claims one due delivery with a
 conditional UPDATE (pending -> sending, with its own token), sends it, and records the
 outcome only if the claim is still its own. A claim older than
-GPUFLEET_ALERT_CLAIM_TIMEOUT_S (its sender died mid-send) may be taken again. Up to
-MAX_TRIES tries, GPUFLEET_ALERT_RETRY_S apart and doubling."""
+GPUFLEET_ALERT_CLAIM_TIMEOUT_S (its sender died mid-send) may be taken again. A failed
+send is tried again GPUFLEET_ALERT_RETRY_S later, doubling up to GPUFLEET_ALERT_RETRY_MAX_S,
+while any of its events is open and until GPUFLEET_ALERT_GIVE_UP_HOURS after they all
+closed. While a channel fails, only its oldest waiting delivery is tried, the newer wait
+behind it and take in what comes due meanwhile: once it answers, it gets what it missed,
+oldest first and grouped."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import re
 import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef, Q
-from django.db.models.functions import Coalesce
+from django.db.models import Case, Exists, F, OuterRef, Q, TextField, Value, When
+from django.db.models.functions import Coalesce, Concat
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
 from gpufleet.alerts import channels
-from gpufleet.alerts.models import Channel, Delivery, DeliveryEvent, Notice, Rule, Silence, Status
+from gpufleet.alerts.models import Channel, Delivery, DeliveryEvent, Format, Notice, Rule, Silence, Status
 from gpufleet.audit.models import Action, record
 from gpufleet.events.models import Event, Kind, Muted, Severity
 from gpufleet.fleet.maintenance import nodes_in_maintenance
@@ -47,7 +53,6 @@ from gpufleet.fleet.summary import LIST_LIMIT, FleetFinding, Item
 
 log = logging.getLogger(__name__)
 
-MAX_TRIES = 3
 # One-off events (opened and closed at once: a key revoked, a fix applied) are sent only
 # if this recent, so a rule made today does not announce last month's.
 ONE_OFF_HORIZON = timedelta(days=1)
@@ -230,7 +235,11 @@ def _make_deliveries(due: dict[_Due, list[tuple[int, str]]], now: datetime) -> N
     """Put each due notice in a delivery: a pending one of its rule, channel and notice
     whose grouping window is still open, or a new one (silenced ones: marked so)."""
     window = timedelta(seconds=settings.GPUFLEET_ALERT_GROUP_S)
-    channel_names = dict(Channel.objects.values_list("pk", "name"))
+    channel_names, failing = {}, set()
+    for pk, name, failing_since in Channel.objects.values_list("pk", "name", "failing_since"):
+        channel_names[pk] = name
+        if failing_since is not None:
+            failing.add(pk)
     items = []
     held = []
     for key, notices in due.items():
@@ -239,10 +248,15 @@ def _make_deliveries(due: dict[_Due, list[tuple[int, str]]], now: datetime) -> N
         delivery = None
         if not key.muted:
             # Locked until these events are in it: a sender claiming it meanwhile waits,
-            # then sends them too (unlocked, it could send without them).
+            # then sends them too (unlocked, it could send without them). One waiting for
+            # its channel to answer again takes them too, so what it missed comes grouped.
+            waiting = Q() if key.channel_id in failing else Q(tries=0, next_try_at__gt=now) | Q(tries__gt=0)
             delivery = Delivery.objects.select_for_update().filter(
-                rule=key.rule, channel_id=key.channel_id, notice=key.notice, status=Status.PENDING, tries=0,
-                next_try_at__gt=now).first()
+                waiting, rule=key.rule, channel_id=key.channel_id, notice=key.notice, status=Status.PENDING,
+            ).order_by("created_at", "pk").first()
+            if delivery is not None and delivery.title:
+                # Written at its last try: written again with these events in it.
+                Delivery.objects.filter(pk=delivery.pk).update(title="", body="")
         if delivery is None:
             delivery = Delivery.objects.create(
                 rule=key.rule, rule_name=key.rule.name, channel_id=key.channel_id,
@@ -274,10 +288,11 @@ def _write_message(delivery: Delivery, events: list[Event]) -> None:
 
 
 def send_due(deadline_s: float | None = None) -> tuple[int, int]:
-    """Claim and send due deliveries one at a time until none is due (or `deadline_s`
-    passed: the beat's task must end within Celery's time limit); (sent, failed for good)."""
+    """Give up what waited too long, then claim and send due deliveries one at a time until
+    none is due (or `deadline_s` passed: the beat's task must end within Celery's time
+    limit); (sent, failed for good)."""
     deadline = time.monotonic() + (deadline_s if deadline_s is not None else SEND_BUDGET_S)
-    sent = failed = 0
+    sent, failed = 0, give_up()
     while time.monotonic() < deadline:
         claimed = claim()
         if claimed is None:
@@ -295,12 +310,20 @@ def claim(now: datetime | None = None) -> tuple[Delivery, uuid.UUID] | None:
     is still due: another sender may have tried it meanwhile and put it back for later."""
     now = now or timezone.now()
     stale = now - timedelta(seconds=settings.GPUFLEET_ALERT_CLAIM_TIMEOUT_S)
+    # A failing channel is tried with its oldest waiting delivery alone, so what it missed
+    # arrives in order once it answers.
+    older = Delivery.objects.filter(channel_id=OuterRef("channel_id"), status__in=[Status.PENDING, Status.SENDING]).filter(
+        Q(created_at__lt=OuterRef("created_at")) | Q(created_at=OuterRef("created_at"), pk__lt=OuterRef("pk")))
+    first_in_line = Q(channel__failing_since__isnull=True) | ~Exists(older)
     due = Q(status=Status.PENDING, next_try_at__lte=now) | Q(status=Status.SENDING, claimed_at__lt=stale)
     while True:
-        row = Delivery.objects.filter(due).order_by("next_try_at", "pk").values("pk", "status", "claim_token").first()
+        row = (Delivery.objects.filter(due & (first_in_line | Q(status=Status.SENDING))).order_by("created_at", "pk")
+               .values("pk", "status", "claim_token").first())
         if row is None:
             return None
         token = uuid.uuid4()
+        # Its own columns only: PostgreSQL checks them again on the row a concurrent
+        # claim left, where a join's or a subquery's answer would be the stale one.
         taken = Delivery.objects.filter(due, pk=row["pk"], status=row["status"], claim_token=row["claim_token"]).update(
             status=Status.SENDING, claim_token=token, claimed_at=now, tries=F("tries") + 1)
         if taken:
@@ -323,31 +346,149 @@ def deliver(delivery: Delivery, token: uuid.UUID) -> str:
             _write_message(delivery, events)
         return Status.SILENCED
     channel = delivery.channel
-    if channel is None or delivery.tries > MAX_TRIES:
-        error = "its channel was deleted" if channel is None else "its sender stopped while sending, too often"
-        mine.update(status=Status.FAILED, error=error)
+    if channel is None:
+        mine.update(status=Status.FAILED, error="its channel was deleted")
         return Status.FAILED
     _write_message(delivery, events)
-    outcome = channels.send(channel.url, delivery.title, delivery.body)
+    if channel.format == Format.ALERTMANAGER:
+        outcome = channels.send_alertmanager(channel.url, alertmanager_body(delivery, events, channel.name))
+    else:
+        outcome = channels.send(channel.url, delivery.title, delivery.body, notify_type(delivery.notice, events),
+                                fields=webhook_fields(delivery, events))
     now = timezone.now()
     if outcome.sent:
         if mine.update(status=Status.SENT, sent_at=now, error=""):
             Channel.objects.filter(pk=channel.pk).update(failing_since=None, last_error="", last_sent_at=now)
+            # What waited behind it while the channel failed goes now.
+            Delivery.objects.filter(channel=channel, status=Status.PENDING, next_try_at__gt=now, tries__gt=0).update(
+                next_try_at=now)
         log.info("alert %d sent to channel %s (%d event(s))", delivery.pk, channel.name, len(events))
         return Status.SENT
-    if delivery.tries >= MAX_TRIES:
-        if mine.update(status=Status.FAILED, error=outcome.error):
-            Channel.objects.filter(pk=channel.pk).update(failing_since=Coalesce("failing_since", now),
-                                                          last_error=outcome.error)
-        log.warning("alert %d to channel %s failed for good after %d tries: %s", delivery.pk, channel.name,
-                    delivery.tries, outcome.error)
-        return Status.FAILED
-    retry = timedelta(seconds=settings.GPUFLEET_ALERT_RETRY_S * 2 ** (delivery.tries - 1))
-    mine.update(status=Status.PENDING, error=outcome.error, next_try_at=now + retry, claim_token=None,
-                claimed_at=None)
-    log.warning("alert %d to channel %s failed (try %d of %d, again in %s): %s", delivery.pk, channel.name,
-                delivery.tries, MAX_TRIES, retry, outcome.error)
+    retry = timedelta(seconds=min(settings.GPUFLEET_ALERT_RETRY_S * 2 ** min(delivery.tries - 1, 32),
+                                  settings.GPUFLEET_ALERT_RETRY_MAX_S))
+    if mine.update(status=Status.PENDING, error=outcome.error, next_try_at=now + retry, claim_token=None,
+                   claimed_at=None):
+        Channel.objects.filter(pk=channel.pk).update(failing_since=Coalesce("failing_since", now),
+                                                      last_error=outcome.error)
+    log.warning("alert %d to channel %s failed (try %d, again in %s): %s", delivery.pk, channel.name,
+                delivery.tries, retry, outcome.error)
     return Status.PENDING
+
+
+def give_up(now: datetime | None = None) -> int:
+    """Fail the waiting deliveries whose events all closed (or that were made) more than
+    GPUFLEET_ALERT_GIVE_UP_HOURS ago: a recovery days late tells nobody anything. Their
+    channel stays failing. How many; one statement."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(hours=settings.GPUFLEET_ALERT_GIVE_UP_HOURS)
+    recent = DeliveryEvent.objects.filter(Q(event__closed_at__isnull=True) | Q(event__closed_at__gt=cutoff),
+                                          delivery=OuterRef("pk"))
+    said = f"given up {settings.GPUFLEET_ALERT_GIVE_UP_HOURS:g} h after its events closed"
+    count = Delivery.objects.filter(status=Status.PENDING, created_at__lt=cutoff).exclude(Exists(recent)).update(
+        status=Status.FAILED, claim_token=None,
+        error=Case(When(error="", then=Value(f"{said}, never tried: its channel was failing")),
+                   default=Concat(Value(f"{said}; last try: "), "error", output_field=TextField()),
+                   output_field=TextField()))
+    if count:
+        log.warning("%d alert(s) given up, undelivered %s", count, said.removeprefix("given up "))
+    return count
+
+
+def notify_type(notice: str, events: list[Event]) -> str:
+    """apprise's type of a notification: success for a recovery, else its worst event's."""
+    if notice == Notice.RESOLVED:
+        return "success"
+    worst = max((Severity(event.severity) for event in events), key=lambda severity: severity.rank,
+                default=Severity.INFO)
+    return {Severity.FAIL: "failure", Severity.WARN: "warning"}.get(worst, "info")
+
+
+# The version of `webhook_fields`: a receiver may check it, and it changes when they do.
+WEBHOOK_VERSION = "1"
+
+
+def webhook_fields(delivery: Delivery, events: list[Event]) -> dict:
+    """What a JSON or form webhook gets beside apprise's title, message and type, for a
+    machine to route on (docs/alerts.md): firing or resolved, the worst severity, the
+    kind, the group's key (the same for an event's firing and its recovery), and each
+    event with its link to the Events page."""
+    kinds = sorted({event.kind for event in events})
+    worst = max((Severity(event.severity) for event in events), key=lambda severity: severity.rank,
+                default=Severity.INFO)
+    return {
+        "version": WEBHOOK_VERSION,
+        "status": "resolved" if delivery.notice == Notice.RESOLVED else "firing",
+        "severity": worst.value,
+        "kind": kinds[0] if len(kinds) == 1 else "mixed",
+        "group_key": f"rule-{delivery.rule_id}/{'+'.join(kinds)}",
+        "events": [{
+            "id": event.pk, "node": _node_name(event), "gpu_index": event.gpu_index, "pci_bus_id": event.pci_bus_id,
+            "code": event.code, "message": event.message, "opened_at": _iso(event.opened_at),
+            "closed_at": _iso(event.closed_at), "url": events_link([event], delivery.notice),
+        } for event in events[:LISTED]],
+        "labels": {},
+        "url": events_link(events, delivery.notice) if events else "",
+    }
+
+
+# Alertmanager's endsAt of an alert still firing: its zero time.
+_STILL_FIRING = "0001-01-01T00:00:00Z"
+
+
+def alertmanager_body(delivery: Delivery, events: list[Event], receiver: str) -> dict:
+    """Alertmanager's webhook body (version 4) of a delivery, for a channel in its format:
+    one alert per event (the first LISTED; `truncatedAlerts` counts the rest), labelled
+    with what a receiver routes on, its fingerprint the same when it fires and resolves."""
+    kinds = sorted({event.kind for event in events})
+    status = "resolved" if delivery.notice == Notice.RESOLVED else "firing"
+    alerts = [_alert(event, status, delivery.notice) for event in events[:LISTED]]
+    group_labels = {"rule": delivery.rule_name, "kind": "+".join(kinds)}
+    return {
+        "version": "4",
+        # Written as Alertmanager writes it: the route's matchers (none), then the group's labels.
+        "groupKey": "{}:{" + ", ".join(f"{key}={json.dumps(value)}" for key, value in sorted(group_labels.items())) + "}",
+        "truncatedAlerts": max(0, len(events) - LISTED),
+        "status": status,
+        "receiver": receiver,
+        "groupLabels": group_labels,
+        "commonLabels": _common([alert["labels"] for alert in alerts]),
+        "commonAnnotations": _common([alert["annotations"] for alert in alerts]),
+        "externalURL": settings.GPUFLEET_SITE_URL.rstrip("/"),
+        "alerts": alerts,
+    }
+
+
+def _alert(event: Event, status: str, notice: str) -> dict:
+    labels = {"alertname": event.name or event.get_kind_display(), "kind": event.kind, "severity": event.severity,
+              "node": _node_name(event) or "", "gpu_index": "" if event.gpu_index is None else str(event.gpu_index),
+              "pci_bus_id": event.pci_bus_id, "code": event.code, "event_id": str(event.pk)}
+    labels = {key: value for key, value in labels.items() if value}
+    ends = event.closed_at if status == "resolved" and event.closed_at else None
+    return {
+        "status": status,
+        "labels": labels,
+        "annotations": {"summary": f"{_node_name(event) or 'the site'}: {event.name or event.get_kind_display()}",
+                        "description": event.message},
+        "startsAt": _rfc3339(event.opened_at),
+        "endsAt": _rfc3339(ends) if ends else _STILL_FIRING,
+        "generatorURL": events_link([event], notice),
+        "fingerprint": hashlib.sha256(json.dumps(labels, sort_keys=True).encode()).hexdigest()[:16],
+    }
+
+
+def _common(mappings: list[dict]) -> dict:
+    """The pairs every mapping has."""
+    if not mappings:
+        return {}
+    return {key: value for key, value in mappings[0].items() if all(m.get(key) == value for m in mappings[1:])}
+
+
+def _rfc3339(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _iso(when: datetime | None) -> str | None:
+    return when.isoformat(timespec="seconds") if when is not None else None
 
 
 def _node_name(event: Event) -> str | None:
@@ -457,8 +598,18 @@ def failing_channels_finding() -> FleetFinding | None:
 def send_test(channel: Channel) -> channels.Outcome:
     """Send a test notification to a channel now (the Channels page's button). One that
     arrives is a send like any other: the channel works, and shows when it last sent."""
-    outcome = channels.send(channel.url, "gpufleet: test notification",
-                            f"A test from gpufleet to the channel {channel.name}: if you read this, it works.")
+    said = f"A test from gpufleet to the channel {channel.name}: if you read this, it works."
+    if channel.format == Format.ALERTMANAGER:
+        now = timezone.now()
+        alert = {"status": "firing", "labels": {"alertname": "gpufleet test notification", "severity": "info"},
+                 "annotations": {"summary": said}, "startsAt": _rfc3339(now), "endsAt": _STILL_FIRING,
+                 "generatorURL": settings.GPUFLEET_SITE_URL, "fingerprint": "0" * 16}
+        outcome = channels.send_alertmanager(channel.url, {
+            "version": "4", "groupKey": "{}:{}", "truncatedAlerts": 0, "status": "firing", "receiver": channel.name,
+            "groupLabels": {}, "commonLabels": alert["labels"], "commonAnnotations": alert["annotations"],
+            "externalURL": settings.GPUFLEET_SITE_URL.rstrip("/"), "alerts": [alert]})
+    else:
+        outcome = channels.send(channel.url, "gpufleet: test notification", said)
     if outcome.sent:
         Channel.objects.filter(pk=channel.pk).update(failing_since=None, last_error="", last_sent_at=timezone.now())
     return outcome
@@ -469,27 +620,30 @@ def send_test(channel: Channel) -> channels.Outcome:
 
 def channel_state(channel: Channel) -> dict:
     """What the audit log keeps of a channel: never its URL."""
-    return {"name": channel.name, "url": channel.redacted}
+    return {"name": channel.name, "url": channel.redacted, "format": channel.format}
 
 
-def save_channel(user, name: str, url: str | None, editing: Channel | None = None) -> Channel:
-    """Add a channel, or change one (`url` None or empty keeps its URL). The URL must be
-    one apprise can use (channels.problem). The audit row says "URL changed", never what to."""
+def save_channel(user, name: str, url: str | None, editing: Channel | None = None, format: str | None = None) -> Channel:
+    """Add a channel, or change one (`url` None or empty keeps its URL, `format` None its
+    format). The URL must be one its format can use (channels.problem). The audit row says
+    "URL changed", never what to."""
     url = (url or "").strip()
     with transaction.atomic():
         if editing is None:
-            channel = Channel.objects.create(name=name, url=url, redacted=channels.redact(url))
+            channel = Channel.objects.create(name=name, url=url, redacted=channels.redact(url),
+                                             format=format or Format.APPRISE)
             record(user, Action.CHANNEL_CREATE, target=name, after=channel_state(channel))
             return channel
         before = channel_state(editing)
         editing.name = name
+        editing.format = format or editing.format
         changed = bool(url) and url != editing.url
         if changed:
             editing.url, editing.redacted = url, channels.redact(url)
             # A new URL deserves a fresh start: it may work where the old one failed.
             editing.failing_since, editing.last_error = None, ""
         editing.save()
-        after = {"name": name, "url": "URL changed" if changed else editing.redacted}
+        after = {"name": name, "url": "URL changed" if changed else editing.redacted, "format": editing.format}
         record(user, Action.CHANNEL_UPDATE, target=name, before=before, after=after)
         return editing
 

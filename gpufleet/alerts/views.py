@@ -42,7 +42,8 @@ def channel_list(request: HttpRequest) -> HttpResponse:
     _refuse_unless_admin(request)
     form = ChannelForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        channel = services.save_channel(request.user, form.cleaned_data["name"], form.cleaned_data["url"])
+        channel = services.save_channel(request.user, form.cleaned_data["name"], form.cleaned_data["url"],
+                                        format=form.cleaned_data["format"])
         messages.success(request, f"Channel {channel.name} added. Send it a test, then give it to a rule.")
         return redirect("alerts:channels")
     # Ordered here: Django leaves Meta.ordering out of a query with GROUP BY.
@@ -54,9 +55,10 @@ def channel_list(request: HttpRequest) -> HttpResponse:
 @requires(MANAGE_ALERTS)
 def channel_edit(request: HttpRequest, pk: int) -> HttpResponse:
     channel = get_object_or_404(Channel, pk=pk)
-    form = ChannelForm(request.POST or None, editing=channel, initial={"name": channel.name})
+    form = ChannelForm(request.POST or None, editing=channel, initial={"name": channel.name, "format": channel.format})
     if request.method == "POST" and form.is_valid():
-        services.save_channel(request.user, form.cleaned_data["name"], form.cleaned_data["url"], editing=channel)
+        services.save_channel(request.user, form.cleaned_data["name"], form.cleaned_data["url"], editing=channel,
+                              format=form.cleaned_data["format"])
         messages.success(request, f"Channel {channel.name} saved.")
         return redirect("alerts:channels")
     return render(request, "alerts/edit.html", {"form": form, "what": "channel", "object": channel,

@@ -16,7 +16,7 @@ from pydantic import StringConstraints, field_validator
 
 from gpufleet.alerts import channels as apprise_urls
 from gpufleet.alerts import services
-from gpufleet.alerts.models import Channel, Delivery, Rule, Silence
+from gpufleet.alerts.models import Channel, Delivery, Format, Rule, Silence
 from gpufleet.alerts.models import Status as DeliveryStatus
 from gpufleet.api.errors import ApiError, errors
 from gpufleet.api.pagination import Pages
@@ -51,14 +51,17 @@ def _admin(request: HttpRequest) -> None:
 
 class ChannelIn(Schema):
     name: Name
-    url: str = Field(description="an apprise URL (mailto://, json://, slack://, ...); write-only", min_length=1,
-                     max_length=2000)
+    url: str = Field(description="an apprise URL (mailto://, json://, slack://, ...), or for the alertmanager "
+                     "format an http(s):// or json(s):// URL; write-only", min_length=1, max_length=2000)
+    format: Format = Field(Format.APPRISE, description="apprise: the service's own message; alertmanager: "
+                           "Alertmanager's webhook body (version 4)")
 
 
 class ChannelUpdate(Schema):
     name: Name
-    url: str | None = Field(None, description="a whole new apprise URL; left out or null: the URL stays",
+    url: str | None = Field(None, description="a whole new URL; left out or null: the URL stays",
                             max_length=2000)
+    format: Format | None = Field(None, description="apprise or alertmanager; left out or null: it stays")
 
 
 class ChannelOut(Out):
@@ -67,6 +70,7 @@ class ChannelOut(Out):
     id: int
     name: str
     redacted: str = Field(description="the URL's scheme alone, such as json://…")
+    format: str = Field(description="apprise or alertmanager: what it sends")
     failing: bool = Field(description="a notification to it failed every try since the last one sent")
     failing_since: Time
     last_error: str = Field(description="why its last failed notification failed, without the URL")
@@ -79,13 +83,13 @@ class ChannelTestOut(Out):
 
 
 def _channel(row: Channel) -> dict:
-    return {"id": row.pk, "name": row.name, "redacted": row.redacted, "failing": row.failing,
+    return {"id": row.pk, "name": row.name, "redacted": row.redacted, "format": row.format, "failing": row.failing,
             "failing_since": _iso(row.failing_since), "last_error": row.last_error,
             "last_sent_at": _iso(row.last_sent_at)}
 
 
-def _checked_url(url: str) -> str:
-    if (problem := apprise_urls.problem(url)) is not None:
+def _checked_url(url: str, format: str = Format.APPRISE) -> str:
+    if (problem := apprise_urls.problem(url, format)) is not None:
         raise ApiError(422, "invalid", f"url: {problem}", "url")
     return url
 
@@ -110,7 +114,8 @@ def channel_add(request: HttpRequest, body: ChannelIn) -> Status:
     """Add a channel (admin role). Its URL is checked by apprise and never shown again."""
     _admin(request)
     _unique_channel_name(body.name)
-    return Status(201, _channel(services.save_channel(request.user, body.name, _checked_url(body.url))))
+    return Status(201, _channel(services.save_channel(request.user, body.name, _checked_url(body.url, body.format),
+                                                      format=body.format)))
 
 
 @read("/channels/{int:pk}/", "channel", response={200: ChannelOut, **ONE})
@@ -125,8 +130,11 @@ def channel_replace(request: HttpRequest, pk: int, body: ChannelUpdate) -> dict:
     _admin(request)
     row = _get(Channel, pk, "channel")
     _unique_channel_name(body.name, row)
-    url = _checked_url(body.url) if body.url else None
-    return _channel(services.save_channel(request.user, body.name, url, editing=row))
+    format = body.format or row.format
+    # A new format must suit the URL kept, and a new URL the format.
+    _checked_url(body.url or row.url, format)
+    url = body.url or None
+    return _channel(services.save_channel(request.user, body.name, url, editing=row, format=format))
 
 
 @router.delete("/channels/{int:pk}/", url_name="channel", response={204: None, **ONE})

@@ -3,8 +3,8 @@
 Everything comes from the rows the ingest keeps current (Node, and Device rows not
 vanished), in two queries whatever the fleet's size; the per-GPU history is never read.
 A large fleet is scraped in shards (?shard=K&of=N): a node is in shard crc32(name) % N,
-and the site-wide families (broker, ingest counters) come in shard 0 only, so the shards
-together are the unsharded scrape.
+and the site-wide families (broker, alert channels, ingest counters) come in shard 0
+only, so the shards together are the unsharded scrape.
 The ingest counters come from the worker's multiprocess files (gpufleet/ingest/metrics.py),
 the ingest stream's length and trims from one XINFO with a short timeout.
 
@@ -36,6 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from gpufleet.alerts.models import Channel
 from gpufleet.api.models import ApiToken
 from gpufleet.core import broker, bulk
 from gpufleet.core.access import VIEW, can
@@ -284,6 +285,18 @@ class BrokerCollector:
         yield from (up, depth, trimmed)
 
 
+class AlertChannelCollector:
+    """Each alert channel, 1 while its notifications fail (until one gets through)."""
+
+    def collect(self) -> Iterator[Metric]:
+        failing = GaugeMetricFamily("gpufleet_alert_channel_failing",
+                                    "1 while the alert channel's sends fail, until one gets through; else 0.",
+                                    labels=["channel"])
+        for name, since in Channel.objects.order_by("name").values_list("name", "failing_since"):
+            failing.add_metric([name], int(since is not None))
+        yield failing
+
+
 def _number(raw) -> float | None:
     # A JSON null may come back as the text "null" (SQLite): an unknown figure.
     try:
@@ -301,13 +314,14 @@ def _xid_counts(raw) -> list[dict]:
 
 
 def render(shard: Shard | None = None) -> bytes:
-    """One scrape's text: the fleet's (or one shard's) latest state, then the broker and
-    the ingest counters, which are site-wide and so come in shard 0 only."""
+    """One scrape's text: the fleet's (or one shard's) latest state, then the broker, the
+    alert channels and the ingest counters, which are site-wide and so come in shard 0 only."""
     fleet = "".join(fleet_text(shard)).encode()
     if shard is not None and shard.index != 0:
         return fleet
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector())
+    registry.register(AlertChannelCollector())
     MultiProcessCollector(registry, path=str(settings.GPUFLEET_METRICS_DIR))
     return fleet + generate_latest(registry)
 

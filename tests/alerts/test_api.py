@@ -42,8 +42,8 @@ def test_an_admin_adds_a_channel_whose_url_never_comes_back(admin_api, viewer_cl
     response = admin_api.post("/api/channels/", {"name": "hook", "url": webhook.url}, content_type=JSON)
     assert response.status_code == 201
     body = response.json()
-    assert body == {"id": body["id"], "name": "hook", "redacted": "json://…", "failing": False, "failing_since": None,
-                    "last_error": "", "last_sent_at": None}
+    assert body == {"id": body["id"], "name": "hook", "redacted": "json://…", "format": "apprise", "failing": False,
+                    "failing_since": None, "last_error": "", "last_sent_at": None}
     assert Channel.objects.get().url == webhook.url
     listed = viewer_client.get("/api/channels/").json()
     assert listed["count"] == 1 and listed["results"][0]["redacted"] == "json://…"

@@ -32,7 +32,7 @@ def test_an_admin_adds_a_channel_whose_url_is_never_shown_again(admin_role_clien
     edit = admin_role_client.get(f"/alerts/channels/{channel.pk}/edit/").content.decode()
     assert WEBHOOK_PASSWORD not in edit and WEBHOOK_TOKEN not in edit and "Now json://…" in edit
     entry = AuditEntry.objects.get(action="channel.create")
-    assert entry.after == {"name": "ops hook", "url": "json://…"} and entry.username == "ada"
+    assert entry.after == {"name": "ops hook", "url": "json://…", "format": "apprise"} and entry.username == "ada"
 
 
 def test_editing_a_channel_keeps_its_url_unless_a_new_one_is_typed_and_the_audit_says_url_changed(
@@ -45,8 +45,9 @@ def test_editing_a_channel_keeps_its_url_unless_a_new_one_is_typed_and_the_audit
     channel.refresh_from_db()
     assert channel.url == inbox.url and channel.redacted == "mailto://…"
     rows = list(AuditEntry.objects.filter(action="channel.update").order_by("id").values_list("before", "after"))
-    assert rows == [({"name": "ops", "url": "json://…"}, {"name": "ops-renamed", "url": "json://…"}),
-                    ({"name": "ops-renamed", "url": "json://…"}, {"name": "ops-renamed", "url": "URL changed"})]
+    am = {"format": "apprise"}
+    assert rows == [({"name": "ops", "url": "json://…", **am}, {"name": "ops-renamed", "url": "json://…", **am}),
+                    ({"name": "ops-renamed", "url": "json://…", **am}, {"name": "ops-renamed", "url": "URL changed", **am})]
     assert WEBHOOK_TOKEN not in str(list(AuditEntry.objects.values()))
 
 

@@ -15,6 +15,7 @@ from django.test import Client
 from markdown_it import MarkdownIt
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpufleet.alerts.models import Channel
 from gpufleet.api import metrics
 from gpufleet.api.metrics import MAX_SHARDS, Shard, render, shard_of, shards_for
 from gpufleet.ingest.metrics import record_batch, record_snapshot
@@ -59,21 +60,23 @@ def test_the_shards_are_disjoint_and_together_are_the_whole_scrape(make_fleet, s
 
 def test_site_wide_series_come_in_shard_0_only(make_fleet, settings, monkeypatch):
     make_fleet(4, gpus=1)
+    Channel.objects.create(name="ops", url="json://hooks.example.com/x", redacted="json://…")
     record_snapshot("accepted")
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/0"
     monkeypatch.setattr(metrics.broker, "stream_status", lambda client, stream=None: (3, 0))
     first = {name for name, _ in _samples(render(Shard(0, 2)).decode())}
     second = {name for name, _ in _samples(render(Shard(1, 2)).decode())}
-    site_wide = {"gpufleet_broker_up", "gpufleet_broker_queue_depth", "gpufleet_ingest_snapshots_total"}
+    site_wide = {"gpufleet_broker_up", "gpufleet_broker_queue_depth", "gpufleet_ingest_snapshots_total",
+                 "gpufleet_alert_channel_failing"}
     assert site_wide <= first
     assert not site_wide & second
-    assert not any(name.startswith(("gpufleet_ingest_", "gpufleet_broker_")) for name in second)
+    assert not any(name.startswith(("gpufleet_ingest_", "gpufleet_broker_", "gpufleet_alert_")) for name in second)
 
 
 @pytest.mark.parametrize("nodes", [1, 6])
 def test_a_shard_is_read_in_two_queries_whatever_the_fleet_s_size(nodes, make_fleet, django_assert_num_queries):
     make_fleet(nodes, gpus=3)
-    with django_assert_num_queries(2):
+    with django_assert_num_queries(3):  # two for the fleet, one for the alert channels
         text = render(Shard(0, 2)).decode()
     wanted = sum(shard_of(f"node-{n:02d}", 2) == 0 for n in range(nodes))
     assert text.count("gpufleet_gpu_utilization_percent{") == wanted * 3
