@@ -112,6 +112,17 @@ def pytest_collection_modifyitems(config, items):
                                                or item.get_closest_marker("django_db")))
 
 
+@pytest.fixture
+def monday():
+    """The clock stopped at the bookings' tests' Monday noon (tests.claims.helpers.NOW)."""
+    import time_machine
+
+    from tests.claims.helpers import NOW
+
+    with time_machine.travel(NOW, tick=False) as traveller:
+        yield traveller
+
+
 def _persona(django_user_model, username: str, role: str | None):
     from django.contrib.auth.models import Group
 

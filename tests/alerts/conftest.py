@@ -6,7 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+import time_machine
 
+from gpufleet.alerts import services
 from gpufleet.alerts.models import Channel, Rule
 from gpufleet.events import services as events
 from gpufleet.events.models import Kind, Severity
@@ -21,6 +23,19 @@ def gpu_a01_failing() -> Node:
     events.observe([Kind.FINDING], [node.pk], [events.Condition(node.pk, Kind.FINDING, "gpu0.xid", Severity.FAIL,
                                                                "GPU 0 Xid 79")], T0)
     return node
+
+
+def tick(at):
+    """One round of the sender at `at`."""
+    with time_machine.travel(at, tick=False):
+        return services.run_once()
+
+
+def gpu3(node, at, failing=True):
+    """The node's GPU 3 seen failing with Xid 79 at `at` (or seen well again)."""
+    conditions = [events.Condition(node.pk, Kind.FINDING, "gpu3.xid", Severity.FAIL, "GPU 3 Xid 79",
+                                   "GPU 3 fell off the bus (Xid 79)", 3)] if failing else []
+    events.observe([Kind.FINDING], [node.pk], conditions, at)
 
 
 @pytest.fixture

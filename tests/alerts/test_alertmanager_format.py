@@ -10,32 +10,18 @@ import re
 from datetime import timedelta
 
 import pytest
-import time_machine
 from django.test import Client
 
-from gpufleet.alerts import services
 from gpufleet.alerts.models import Channel, Rule
 from gpufleet.api.models import ApiToken
-from gpufleet.events import services as events
-from gpufleet.events.models import Event, Kind, Severity
+from gpufleet.events.models import Event
 from gpufleet.fleet.models import Node
-from tests.alerts.conftest import T0
+from tests.alerts.conftest import T0, gpu3, tick
 from tests.receivers import WEBHOOK_PASSWORD, WEBHOOK_TOKEN
 
 pytestmark = pytest.mark.django_db
 JSON = "application/json"
 FIRING_ENDS = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert still firing
-
-
-def tick(at):
-    with time_machine.travel(at, tick=False):
-        return services.run_once()
-
-
-def gpu3(node, at, failing=True):
-    conditions = [events.Condition(node.pk, Kind.FINDING, "gpu3.xid", Severity.FAIL, "GPU 3 Xid 79",
-                                   "GPU 3 fell off the bus (Xid 79)", 3)] if failing else []
-    events.observe([Kind.FINDING], [node.pk], conditions, at)
 
 
 @pytest.fixture

@@ -8,28 +8,14 @@ import base64
 from datetime import timedelta
 
 import pytest
-import time_machine
 
-from gpufleet.alerts import services
 from gpufleet.alerts.models import Delivery, Status
-from gpufleet.events import services as events
-from gpufleet.events.models import Event, Kind, Severity
+from gpufleet.events.models import Event
 from gpufleet.fleet.models import Node
-from tests.alerts.conftest import T0
+from tests.alerts.conftest import T0, gpu3, tick
 from tests.receivers import WEBHOOK_PASSWORD, WEBHOOK_TOKEN
 
 pytestmark = pytest.mark.django_db
-
-
-def tick(at):
-    with time_machine.travel(at, tick=False):
-        return services.run_once()
-
-
-def gpu3(node, at, failing=True):
-    conditions = [events.Condition(node.pk, Kind.FINDING, "gpu3.xid", Severity.FAIL, "GPU 3 Xid 79",
-                                   "GPU 3 fell off the bus (Xid 79)", 3)] if failing else []
-    events.observe([Kind.FINDING], [node.pk], conditions, at)
 
 
 def test_the_json_webhook_gets_firing_then_resolved_with_its_events(alert_settings, rule, webhook):

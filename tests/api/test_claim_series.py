@@ -4,35 +4,20 @@ claim per occurrence sharing a series, or refuses the lot listing every conflict
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
-import time_machine
 
 from gpufleet.audit.models import AuditEntry
 from gpufleet.claims.models import Claim
-from tests.claims.helpers import make_node
+from tests.claims.helpers import TUESDAY_9, TUESDAY_17, make_node, post_claim
 
-pytestmark = pytest.mark.django_db
-
-NOW = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
-TUESDAY_9 = datetime(2026, 12, 8, 9, 0, tzinfo=UTC)
-TUESDAY_17 = datetime(2026, 12, 8, 17, 0, tzinfo=UTC)
-
-
-@pytest.fixture(autouse=True)
-def monday():
-    with time_machine.travel(NOW, tick=False) as traveller:
-        yield traveller
-
-
-def _post(client, body):
-    return client.post("/api/nodes/alpha/claims/", json.dumps(body), content_type="application/json")
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("monday")]
 
 
 def _lab(client, repeat, **extra):
-    return _post(client, {"name": "lab", "device_ids": ["0", "1"], "starts_at": TUESDAY_9.isoformat(),
-                          "ends_at": TUESDAY_17.isoformat(), "repeat": repeat, **extra})
+    return post_claim(client, {"name": "lab", "device_ids": ["0", "1"], "starts_at": TUESDAY_9.isoformat(),
+                               "ends_at": TUESDAY_17.isoformat(), "repeat": repeat, **extra})
 
 
 def test_a_weekly_series_of_four_is_saved_as_four_claims(operator_client, viewer_client):
@@ -55,8 +40,8 @@ def test_a_weekly_series_of_four_is_saved_as_four_claims(operator_client, viewer
 def test_a_series_meeting_a_booking_is_refused_naming_the_occurrence_and_the_booking_and_nothing_is_saved(operator_client):
     make_node("alpha", 8)
     week_3 = TUESDAY_9 + timedelta(weeks=2)
-    booked = _post(operator_client, {"name": "train-llm", "device_ids": ["1"], "starts_at": (week_3 + timedelta(hours=3)).isoformat(),
-                                     "ends_at": (week_3 + timedelta(hours=30)).isoformat()})
+    booked = post_claim(operator_client, {"name": "train-llm", "device_ids": ["1"], "starts_at": (week_3 + timedelta(hours=3)).isoformat(),
+                                          "ends_at": (week_3 + timedelta(hours=30)).isoformat()})
     assert booked.status_code == 201
     audited = AuditEntry.objects.count()
     refused = _lab(operator_client, "FREQ=WEEKLY;COUNT=4")

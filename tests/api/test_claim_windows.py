@@ -7,31 +7,18 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import time_machine
 
 from gpufleet.claims.models import Claim
-from tests.claims.helpers import make_node
+from tests.claims.helpers import NOW, TUESDAY_9, make_node, post_claim
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("monday")]
 
-NOW = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
-TUESDAY_9 = datetime(2026, 12, 8, 9, 0, tzinfo=UTC)
 THURSDAY_17 = datetime(2026, 12, 10, 17, 0, tzinfo=UTC)
 
 
-@pytest.fixture(autouse=True)
-def monday():
-    with time_machine.travel(NOW, tick=False) as traveller:
-        yield traveller
-
-
-def _post(client, body):
-    return client.post("/api/nodes/alpha/claims/", json.dumps(body), content_type="application/json")
-
-
 def _book(client, name, start, end, gpus=("3",)):
-    return _post(client, {"name": name, "device_ids": list(gpus), "starts_at": start and start.isoformat(),
-                          "ends_at": end and end.isoformat()})
+    return post_claim(client, {"name": name, "device_ids": list(gpus), "starts_at": start and start.isoformat(),
+                               "ends_at": end and end.isoformat()})
 
 
 def test_a_booking_is_stored_and_answered_with_its_window(operator_client, viewer_client):
@@ -82,7 +69,7 @@ def test_a_put_moves_the_window_and_keeps_what_it_leaves_out(operator_client):
 ])
 def test_a_time_without_a_zone_is_refused(operator_client, body, field):
     make_node("alpha", 8)
-    response = _post(operator_client, {"name": "train", "count": 1, **body})
+    response = post_claim(operator_client, {"name": "train", "count": 1, **body})
     assert response.status_code == 422
     assert "time zone" in json.dumps(response.json())
     assert not Claim.objects.exists()
@@ -98,9 +85,9 @@ def test_an_end_before_the_start_is_refused_at_ends_at(operator_client):
 
 def test_an_edit_of_a_claim_in_force_is_not_judged_against_claims_that_ended(operator_client, monday):
     make_node("alpha", 4)
-    pk = _post(operator_client, {"name": "train", "count": 1}).json()["id"]
-    assert _post(operator_client, {"name": "short", "count": 3,
-                                   "ends_at": (NOW + timedelta(hours=1)).isoformat()}).status_code == 201
+    pk = post_claim(operator_client, {"name": "train", "count": 1}).json()["id"]
+    assert post_claim(operator_client, {"name": "short", "count": 3,
+                                        "ends_at": (NOW + timedelta(hours=1)).isoformat()}).status_code == 201
     monday.move_to(NOW + timedelta(hours=2))
     grown = _put(operator_client, pk, {"name": "train", "count": 4})
     assert grown.status_code == 200, grown.json()

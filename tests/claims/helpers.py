@@ -3,7 +3,9 @@ saved through the services, so every test goes through the real ledger."""
 
 from __future__ import annotations
 
+import json
 import re
+from datetime import UTC, datetime
 from html import unescape
 
 from gpufleet import gpu
@@ -14,6 +16,15 @@ from gpufleet.ingest.services import ingest_snapshot
 from tests.factories import gpu_uuid, later, snapshot
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
+
+# The bookings' tests run on a Monday noon and book the Tuesday after.
+NOW = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+TUESDAY_9 = datetime(2026, 12, 8, 9, 0, tzinfo=UTC)
+TUESDAY_17 = datetime(2026, 12, 8, 17, 0, tzinfo=UTC)
+
+
+def post_claim(client, body: dict, node: str = "alpha"):
+    return client.post(f"/api/nodes/{node}/claims/", json.dumps(body), content_type="application/json")
 
 
 def make_node(name: str = "alpha", gpus: int = 8, **kwargs) -> Node:

@@ -3,26 +3,15 @@ every occurrence, or none with every conflict shown."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
-import time_machine
 
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
-from tests.claims.helpers import all_errors, make_node, uuid
+from tests.claims.helpers import TUESDAY_9, TUESDAY_17, all_errors, make_node, uuid
 
-pytestmark = pytest.mark.django_db
-
-NOW = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
-TUESDAY_9 = datetime(2026, 12, 8, 9, 0, tzinfo=UTC)
-TUESDAY_17 = datetime(2026, 12, 8, 17, 0, tzinfo=UTC)
-
-
-@pytest.fixture(autouse=True)
-def monday():
-    with time_machine.travel(NOW, tick=False) as traveller:
-        yield traveller
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("monday")]
 
 
 def book(client, node: Node, name: str, start: datetime, end: datetime, repeat: str = "", url: str = ""):
