@@ -198,10 +198,10 @@ def test_a_cited_file_that_is_not_there_is_found(tmp_path):
     (tmp_path / "gpufleet" / "core" / "static" / "gpufleet").mkdir(parents=True)
     (tmp_path / "gpufleet" / "core" / "static" / "gpufleet" / "app.css").write_text("")
     code = tmp_path / "gpufleet" / "reports.py"
-    code.write_text('"""As DESIGN.md says, and docs/architecture.md; docs/gone.md; tests/test_x.py."""\n'
+    code.write_text('"""As NOTES.md says, and docs/architecture.md; docs/gone.md; tests/test_x.py."""\n'
                     "STATIC = 'gpufleet/app.css'\n")
     assert missing_citations(tmp_path, [code]) == [
-        "gpufleet/reports.py: docs/gone.md", "gpufleet/reports.py: tests/test_x.py", "gpufleet/reports.py: DESIGN.md"]
+        "gpufleet/reports.py: docs/gone.md", "gpufleet/reports.py: tests/test_x.py", "gpufleet/reports.py: NOTES.md"]
 
 
 # --- what the guides say the code does ---------------------------------------

@@ -140,11 +140,8 @@ def _edit(request, node: Node, editing: Claim | None) -> HttpResponse:
         except services.ClaimError as exc:
             form.add_claim_error(exc)
         else:
-            done = f"{len(made)} claims added, {made[0].name} to {made[-1].name}: {made[0].describe()} each."
-            if in_panel and wants_fragment(request):
-                return _panel_response(request, node, notice=done, changed=True)
-            messages.success(request, done)
-            return redirect(node_url(node))
+            return _saved(request, node, in_panel,
+                          f"{len(made)} claims added, {made[0].name} to {made[-1].name}: {made[0].describe()} each.")
     elif form.is_valid():
         try:
             claim = services.save_claim(
@@ -162,11 +159,7 @@ def _edit(request, node: Node, editing: Claim | None) -> HttpResponse:
                 editing.refresh_from_db()
             form.add_claim_error(exc)
         else:
-            done = f"Claim {claim.name} {'saved' if editing else 'added'}: {claim.describe()}."
-            if in_panel and wants_fragment(request):
-                return _panel_response(request, node, notice=done, changed=True)
-            messages.success(request, done)
-            return redirect(node_url(node))
+            return _saved(request, node, in_panel, f"Claim {claim.name} {'saved' if editing else 'added'}: {claim.describe()}.")
     # Whatever was refused, the next save follows the user's review of the current claim.
     form.refresh_version = True
     if in_panel and wants_fragment(request):
@@ -251,6 +244,14 @@ def _missing(request) -> HttpResponse:
     name = request.POST.get("node") or request.GET.get("node")
     node = Node.objects.filter(name=name).first() if name else None
     return _gone(request, node, _in_panel(request))
+
+
+def _saved(request, node, in_panel: bool, done: str):
+    """After a save: the panel with `done` as its notice, or back to the node page saying it."""
+    if in_panel and wants_fragment(request):
+        return _panel_response(request, node, notice=done, changed=True)
+    messages.success(request, done)
+    return redirect(node_url(node))
 
 
 def _gone(request, node: Node | None, in_panel: bool) -> HttpResponse:

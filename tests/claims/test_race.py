@@ -19,12 +19,7 @@ from gpufleet.fleet.models import Node
 from tests.claims.helpers import claim, make_node
 
 
-@pytest.mark.django_db(transaction=True)
-def test_it_lets_exactly_one_of_two_racing_saves_take_the_last_gpu(operator, admin_user, monkeypatch):
-    node = make_node("alpha", 2)
-    claim(node, "train", operator, count=1)
-    # Hold each save between the ledger check and the write, so without the lock
-    # both would see one GPU free and both would book it.
+def _slow_ledger_check(monkeypatch) -> None:
     real_check = services.check_claim
 
     def slow_check(*args, **kwargs):
@@ -33,6 +28,15 @@ def test_it_lets_exactly_one_of_two_racing_saves_take_the_last_gpu(operator, adm
         return verdict
 
     monkeypatch.setattr(services, "check_claim", slow_check)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_lets_exactly_one_of_two_racing_saves_take_the_last_gpu(operator, admin_user, monkeypatch):
+    node = make_node("alpha", 2)
+    claim(node, "train", operator, count=1)
+    # Hold each save between the ledger check and the write, so without the lock
+    # both would see one GPU free and both would book it.
+    _slow_ledger_check(monkeypatch)
     barrier = threading.Barrier(2)
     outcomes: dict[str, object] = {}
 
@@ -67,14 +71,7 @@ def test_it_lets_exactly_one_of_two_racing_saves_take_the_last_gpu(operator, adm
 @pytest.mark.django_db(transaction=True)
 def test_two_racing_bookings_of_one_gpu_in_overlapping_windows_never_both_hold_it(operator, admin_user, monkeypatch):
     node = make_node("alpha", 2)
-    real_check = services.check_claim
-
-    def slow_check(*args, **kwargs):
-        verdict = real_check(*args, **kwargs)
-        time.sleep(0.3)
-        return verdict
-
-    monkeypatch.setattr(services, "check_claim", slow_check)
+    _slow_ledger_check(monkeypatch)
     barrier = threading.Barrier(2)
     outcomes: dict[str, object] = {}
     soon = timezone.now().replace(microsecond=0) + timedelta(days=1)
