@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "gpufleet.core",
     "gpufleet.agent",
     "gpufleet.fleet",
+    "gpufleet.teams",
     "gpufleet.claims",
     "gpufleet.jobs",
     "gpufleet.audit",

@@ -5,11 +5,11 @@ code points downwards (or within its own package). Lower layers first:
     core                     plumbing (access, roles, htmx, settings helpers, the Celery app)
     wire                     the agent<->central message
     agent                    the node side; never a model
-    audit < events < fleet < claims, jobs
-                             the apps: a claim and a job are on a node, and every app
-                             may write audit rows and events (the fleet's memory, which
-                             names nodes and jobs only by model label); claims and jobs
-                             never import each other
+    audit < events < fleet < teams < claims, jobs
+                             the apps: a claim and a job are on a node, a claim is a
+                             team's, and every app may write audit rows and events (the
+                             fleet's memory, which names nodes and jobs only by model
+                             label); claims and jobs never import each other
     usage                    GPU time added up: reads nodes and claims, releases idle ones
     alerts                   above them all: reads events (and nodes), sends on the
                              central beat; nothing below imports it, nor does ingest
@@ -42,11 +42,12 @@ LAYERS = {
     "audit": (4, 0),
     "events": (4, 1),
     "fleet": (4, 2),
-    "claims": (4, 3),
-    "jobs": (4, 3),
-    "usage": (4, 4),
-    "alerts": (4, 5),
-    "sso": (4, 6),
+    "teams": (4, 3),
+    "claims": (4, 4),
+    "jobs": (4, 4),
+    "usage": (4, 5),
+    "alerts": (4, 6),
+    "sso": (4, 7),
     "ingest": (5, 0),
     "api": (5, 0),
     "tools": (6, 0),
@@ -94,7 +95,7 @@ def _allowed(source: str, target: str) -> bool:
     (s_layer, s_rank), (t_layer, t_rank) = LAYERS[source], LAYERS[target]
     if s_layer != t_layer:
         return t_layer < s_layer
-    return t_rank < s_rank  # within a layer: audit < events < fleet < claims, jobs; env < celery < core
+    return t_rank < s_rank  # within a layer: audit < events < fleet < teams < claims, jobs; env < celery < core
 
 
 def test_every_package_has_a_place_in_the_order():

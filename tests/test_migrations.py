@@ -30,6 +30,8 @@ SHIPPED["alerts"].append("0002_delivery_muted")
 SHIPPED["claims"].append("0004_claim_windows")
 SHIPPED["claims"].append("0005_claim_series")
 SHIPPED["alerts"].append("0003_channel_format")
+SHIPPED["teams"] = ["0001_initial"]
+SHIPPED["claims"].append("0006_claim_team")
 
 
 def _migrations() -> dict[str, list[Path]]:
@@ -145,3 +147,29 @@ def test_claims_from_before_windows_start_when_they_were_made_and_end_at_their_e
     made = "2026-12-01T08:30:00+00:00"
     assert {c.name: (c.starts_at.isoformat(), c.ends_at and c.ends_at.isoformat()) for c in Claim.objects.all()} == {
         "train": (made, "2026-12-09T17:00:00+00:00"), "forever": (made, None)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claims_from_before_teams_go_to_a_general_team_of_the_people_who_made_or_own_them(django_user_model):
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    from tests.factories import ingest
+
+    node = ingest("alpha", 2)
+    maker, owner, bystander = (django_user_model.objects.create_user(name) for name in ("maker", "owner", "bystander"))
+    executor = MigrationExecutor(connection)
+    executor.migrate([("claims", "0005_claim_series"), ("teams", "0001_initial")])
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO claims_claim (node_id, name, count, device_ids, missing_devices, created_at,"
+                       " updated_at, contact, starts_at, created_by_id, owner_id) VALUES (%s, 'train', 1, '[]',"
+                       " '[]', '2026-12-01T08:30:00Z', '2026-12-01T08:30:00Z', '', '2026-12-01T08:30:00Z', %s, %s)",
+                       [node.pk, maker.pk, owner.pk])
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    from gpufleet.claims.models import Claim
+
+    claim = Claim.objects.get()
+    assert claim.team.name == "general"
+    assert sorted(claim.team.members.values_list("username", flat=True)) == ["maker", "owner"]
+    assert bystander.teams.count() == 0

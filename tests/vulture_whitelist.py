@@ -99,6 +99,8 @@ disabled  # gpufleet/alerts/channels.py: read by logging on each record
 list_display  # gpufleet/api/admin.py
 list_filter  # gpufleet/api/admin.py
 list_select_related  # gpufleet/api/admin.py
+autocomplete_fields  # gpufleet/teams/admin.py
+from_directory  # gpufleet/teams/models.py, shown in the team admin
 readonly_fields  # gpufleet/api/admin.py
 search_fields  # gpufleet/api/admin.py
 _._get_key  # gpufleet/api/auth.py
@@ -174,6 +176,9 @@ NODE_REVOKE_KEY  # gpufleet/audit/models.py
 NODE_ROTATE_KEY  # gpufleet/audit/models.py
 TOKEN_CREATE  # gpufleet/audit/models.py
 TOKEN_REVOKE  # gpufleet/audit/models.py
+TEAM_CREATE  # gpufleet/audit/models.py
+TEAM_DELETE  # gpufleet/audit/models.py
+TEAM_UPDATE  # gpufleet/audit/models.py
 USER_CREATE  # gpufleet/audit/models.py
 USER_DELETE  # gpufleet/audit/models.py
 USER_UPDATE  # gpufleet/audit/models.py

@@ -52,6 +52,9 @@ class Action(models.TextChoices):
     SSO_LOGIN = "sso.login", "Single sign-on login"
     SSO_ROLE = "sso.role", "Role set by directory groups"
     SSO_REFUSED = "sso.refused", "Single sign-on refused"
+    TEAM_CREATE = "team.create", "Team added"
+    TEAM_UPDATE = "team.update", "Team changed"
+    TEAM_DELETE = "team.delete", "Team deleted"
 
 
 class AuditEntry(models.Model):

@@ -57,6 +57,10 @@ class Claim(models.Model):
     time [starts_at, ends_at): a booking ahead until it starts, in force until it ends."""
 
     node = models.ForeignKey("fleet.Node", on_delete=models.CASCADE, related_name="claims")
+    # The team the claim is booked for, whose quotas it counts against and whose members
+    # may change it. Every claim saved by a person has one;
+    # the column allows none only for rows written by the system's own tools.
+    team = models.ForeignKey("teams.Team", null=True, blank=True, on_delete=models.PROTECT, related_name="claims")
     name = models.CharField(max_length=100)
     count = models.PositiveIntegerField(default=0)
     device_ids = models.JSONField(default=list, blank=True)
@@ -156,6 +160,7 @@ class Claim(models.Model):
             "name": self.name,
             "count": self.count,
             "device_ids": list(self.device_ids),
+            "team": self.team.name if self.team_id else None,
             "owner": self.owner.get_username() if self.owner_id else None,
             "contact": self.contact,
             "starts_at": self.starts_at.isoformat() if self.starts_at else None,

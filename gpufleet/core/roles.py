@@ -1,5 +1,5 @@
 """The three roles, as Django groups: viewer reads, operator also edits claims,
-asks for diagnoses and puts nodes in maintenance, admin also applies fixes, runs DCGM diagnostics, manages users and sets up alerts. Kept in step with
+asks for diagnoses and puts nodes in maintenance, admin also applies fixes, runs DCGM diagnostics, manages users and teams and sets up alerts. Kept in step with
 this table after every migrate."""
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ _OPERATE = ["claims.add_claim", "claims.change_claim", "claims.delete_claim", "f
             "fleet.change_maintenance"]
 _ADMINISTER = ["fleet.apply_fix", "fleet.acknowledge_xid", "fleet.run_dcgm_diag", "auth.view_user", "auth.add_user", "auth.change_user", "auth.delete_user", "auth.view_group",
                "sso.view_identity"]
+# Teams and who is in them: the admin role's.
+_ADMINISTER += [f"teams.{verb}_{model}" for model in ("team", "membership") for verb in ("view", "add", "change", "delete")]
 # Channels (whose URLs hold secrets), rules and silences: the admin role's.
 _ADMINISTER += [f"alerts.{verb}_{model}" for model in ("channel", "rule", "silence") for verb in ("add", "change", "delete")]
 

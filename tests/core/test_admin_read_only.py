@@ -154,8 +154,9 @@ def test_nodes_with_claims_cannot_be_deleted_to_take_the_claims_along(as_who, no
 def test_a_future_model_is_covered_by_adding_it_to_models():
     """Every model registered in the admin site is either here or one that is edited
     in the admin on purpose: users and groups (audited by gpufleet/core/admin.py), and
-    django-axes' login attempts, whose deletion is how an admin lifts a lockout."""
-    edited_on_purpose = {"auth.User", "auth.Group", *AXES}
+    django-axes' login attempts, whose deletion is how an admin lifts a lockout, and teams
+    (audited by gpufleet/teams/admin.py)."""
+    edited_on_purpose = {"auth.User", "auth.Group", "teams.Team", *AXES}
     registered = {model._meta.label for model in admin.site._registry}
     assert registered - edited_on_purpose == {model._meta.label for model in MODELS}
 
