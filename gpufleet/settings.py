@@ -24,7 +24,7 @@ from gpufleet.env import (
     require_strong_secret,
 )
 from gpufleet.sso import ldap_settings, oidc_settings
-from gpufleet.sso.groups import RoleGroupsError, parse_role, parse_role_groups
+from gpufleet.sso.groups import RoleGroupsError, TeamGroupsError, parse_role, parse_role_groups, parse_team_groups
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -203,6 +203,12 @@ try:
         if os.environ.get("GPUFLEET_SSO_DEFAULT_ROLE", "").strip() else ""
 except RoleGroupsError as error:
     raise SettingError(f"GPUFLEET_SSO_ROLE_GROUPS / GPUFLEET_SSO_DEFAULT_ROLE: {error}") from None
+# Which directory groups give which teams (a person's directory memberships follow them at
+# every login and re-check; memberships an admin added by hand stay).
+try:
+    GPUFLEET_SSO_TEAM_GROUPS = parse_team_groups(os.environ.get("GPUFLEET_SSO_TEAM_GROUPS", ""))
+except TeamGroupsError as error:
+    raise SettingError(f"GPUFLEET_SSO_TEAM_GROUPS: {error}") from None
 # The directory is asked again about a signed-in person at most this often, when they use
 # the site (a page or an API token) and from the beat when they do not (gpufleet/sso/recheck.py).
 GPUFLEET_SSO_RECHECK_S = env_int("GPUFLEET_SSO_RECHECK_S", 900, minimum=60)

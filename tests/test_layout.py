@@ -13,8 +13,8 @@ code points downwards (or within its own package). Lower layers first:
     usage                    GPU time added up: reads nodes and claims, releases idle ones
     alerts                   above them all: reads events (and nodes), sends on the
                              central beat; nothing below imports it, nor does ingest
-    sso                      single sign-on: users and their roles from a directory's
-                             groups, audited; nothing below imports it
+    sso                      single sign-on: users, their roles and their teams from a
+                             directory's groups, audited; nothing below imports it
     ingest, api              the top: may use every app
     tools                    the bench, the simulated fleet and their helpers, with their
                              commands `bench` and `simulate`: may use everything, and

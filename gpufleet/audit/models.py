@@ -48,9 +48,10 @@ class Action(models.TextChoices):
     NODE_DCGM_DIAG = "node.dcgm_diag", "DCGM diagnostic asked"
     VALIDATION_START = "validation.start", "Validation required"
     VALIDATION_END = "validation.end", "Validation ended"
-    # Single sign-on (gpufleet.sso): each login, each role its groups changed, each refusal.
+    # Single sign-on (gpufleet.sso): each login, each role and team list its groups changed, each refusal.
     SSO_LOGIN = "sso.login", "Single sign-on login"
     SSO_ROLE = "sso.role", "Role set by directory groups"
+    SSO_TEAMS = "sso.teams", "Teams set by directory groups"
     SSO_REFUSED = "sso.refused", "Single sign-on refused"
     TEAM_CREATE = "team.create", "Team added"
     TEAM_UPDATE = "team.update", "Team changed"

@@ -1,7 +1,8 @@
 """One login through single sign-on, whichever way it came (LDAP, OIDC, an authenticating
-proxy): find or make the user, give them the role their groups map to, and audit it. The
-directory decides at every login, and again while they stay signed in (`follow`, asked by
-gpufleet/sso/recheck.py), so a person removed from a group loses the role without logging in."""
+proxy): find or make the user, give them the role and the teams their groups map to, and
+audit it. The directory decides at every login, and again while they stay signed in
+(`follow`, asked by gpufleet/sso/recheck.py), so a person removed from a group loses the
+role or the team without logging in."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from gpufleet.audit.models import Action, record
 from gpufleet.core.roles import ROLE_PERMISSIONS
-from gpufleet.sso.groups import matched_groups, role_for
+from gpufleet.sso.groups import matched_groups, role_for, teams_for
 from gpufleet.sso.models import Identity
+from gpufleet.teams.models import Membership, Team
 
 # Where the no-access page finds why the last login was refused.
 REFUSAL_KEY = "sso_refusal"
@@ -67,6 +69,7 @@ def _sign_in(source, subject, username, role, groups, details, **profile):
     if role is None:
         if user.pk is not None:
             _revoke(identity, details)
+            _set_teams(user, groups, source)
         raise Refused(no_group(username))
 
     _update_profile(user, **profile)
@@ -75,13 +78,14 @@ def _sign_in(source, subject, username, role, groups, details, **profile):
     identity.user, identity.role, identity.refused = user, role, False
     identity.save()
     _set_role(user, role, details)
+    _set_teams(user, groups, source)
     record(user, Action.SSO_LOGIN, target=user.get_username(), after={**details, "role": role})
     return user
 
 
 def follow(identity: Identity, groups: Iterable[str] | None, gone: str = "") -> bool:
-    """What the directory says now about a person who signed in before: the role their groups
-    give (audited when it changes) or, in no mapped group or no longer known to it (`gone`
+    """What the directory says now about a person who signed in before: the role and the
+    teams their groups give (audited when they change) or, in no mapped group or no longer known to it (`gone`
     says how), no access at once: role, sessions and tokens, audited. True while they keep access."""
     with transaction.atomic():
         identity = Identity.objects.select_for_update().select_related("user").get(pk=identity.pk)
@@ -95,6 +99,7 @@ def follow(identity: Identity, groups: Iterable[str] | None, gone: str = "") -> 
                                           settings.GPUFLEET_SSO_DEFAULT_ROLE or None)
         details = {"source": identity.source,
                    "groups": matched_groups(identity.groups, settings.GPUFLEET_SSO_ROLE_GROUPS)}
+        _set_teams(user, [] if gone else identity.groups, identity.source)
         if role is None:
             _revoke(identity, details)
             record(None, Action.SSO_REFUSED, target=user.get_username(),
@@ -168,3 +173,45 @@ def _set_role(user, role: str | None, details: dict) -> None:
     user.groups.add(*Group.objects.filter(name__in=wanted))
     record(user, Action.SSO_ROLE, target=user.get_username(),
            before={"role": ", ".join(sorted(held)) or None}, after={**details, "role": role})
+
+
+def _set_teams(user, groups: list[str], source: str) -> None:
+    """Exactly the teams `groups` give as the person's directory memberships (a team made when
+    no team has its name); memberships an admin added by hand stay as the admin set them."""
+    mapping = settings.GPUFLEET_SSO_TEAM_GROUPS
+    wanted = {name.lower(): (name, lead) for name, lead in teams_for(groups, mapping).items()}
+    held = {row.team.name.lower(): row for row in user.memberships.select_related("team")}
+    before = _directory_teams(held.values())
+    Membership.objects.filter(pk__in=[row.pk for key, row in held.items()
+                                      if row.from_directory and key not in wanted]).delete()
+    for key, (name, lead) in wanted.items():
+        row = held.get(key)
+        if row is None:
+            Membership.objects.create(team=_team(name, source), user=user, lead=lead, from_directory=True)
+        elif row.from_directory and row.lead != lead:
+            row.lead = lead
+            row.save(update_fields=["lead"])
+    after = _directory_teams(user.memberships.select_related("team"))
+    if after != before:
+        record(user, Action.SSO_TEAMS, target=user.get_username(), before=before,
+               after={"source": source, "groups": matched_groups(groups, mapping), **after})
+
+
+def _directory_teams(memberships: Iterable[Membership]) -> dict:
+    rows = sorted((row for row in memberships if row.from_directory), key=lambda row: row.team.name.lower())
+    return {"teams": [row.team.name for row in rows], "leads": [row.team.name for row in rows if row.lead]}
+
+
+def _team(name: str, source: str) -> Team:
+    """The team of this name whatever its case, made (and audited) when there is none."""
+    team = Team.objects.filter(name__iexact=name).first()
+    if team is not None:
+        return team
+    try:
+        with transaction.atomic():
+            team = Team.objects.create(name=name)
+    except IntegrityError:
+        # Made meanwhile by another person's first login: theirs is the one.
+        return Team.objects.get(name__iexact=name)
+    record(None, Action.TEAM_CREATE, target=name, after={"name": name, "source": source})
+    return team
