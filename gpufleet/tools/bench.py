@@ -214,7 +214,9 @@ class Bench:
             self._ingest_with_and_without_events(snapshots, repeat)
             self._fleet_one_host_keeps_up_with()
             self._grow_fleet(names, ingest)
-            bench_lists.populate_lists(list(Node.objects.order_by("name").values_list("id", flat=True)), self._say)
+            # What the pages are timed with, bookings ahead among it.
+            self.figures["list_content"] = bench_lists.populate_lists(
+                list(Node.objects.order_by("name").values_list("id", flat=True)), self._say)
             self._say(f"writing 24 h of history for {names[0]} ...")
             add_history(list(Node.objects.get(name=names[0]).current_devices()), datetime.now(UTC), hours=24)
             if connection.vendor == "postgresql":
@@ -681,6 +683,7 @@ class Bench:
         out = self.stdout.write
         out(f"gpufleet bench: {f['nodes']} nodes x {f['gpus_per_node']} GPUs on {f['engine']}, "
             f"ingest sample {f['ingest_sample']} snapshots, median of {f['repeat']}, {f['measured_at']}")
+        out("pages timed with (rows): " + ", ".join(f"{what} {count:,}" for what, count in f["list_content"].items()))
         counts = f["sql_statements_per_snapshot"]
         out(f"SQL statements per snapshot ({', '.join(counts)} GPUs): {', '.join(map(str, counts.values()))}")
         out("")

@@ -92,6 +92,8 @@ def test_it_reports_every_figure_with_its_context(figures):
     assert result["measured_at"].startswith("20")
     missing = [key for key in MEASURED if key not in result]
     assert not missing, missing
+    # The pages were timed with the lists' content, bookings ahead over the next two weeks among it.
+    assert result["list_content"]["claims"] > 0 and result["list_content"]["bookings"] > 0
 
 
 @pytest.mark.integration

@@ -11,11 +11,8 @@ import csv
 import http.client
 import io
 import json
-import os
 import re
-import signal
 import socket
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -24,12 +21,10 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from gpufleet.core import launch
 from gpufleet.fleet import reports
 from gpufleet.ingest.services import ingest_snapshots
 from tests.factories import snapshot
-from tests.integration.workers import REPO, database_url_for_workers
-from tests.receivers import free_port
+from tests.integration.web import Web
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -64,51 +59,7 @@ class _SmallWindow(http.client.HTTPConnection):
         self.sock.connect((self.host, self.port))
 
 
-class _Web:
-    """`manage.py web` on a free port of 127.0.0.1, on the test database, logging to a file."""
-
-    def __init__(self, log_path, env: dict[str, str]):
-        self.port = free_port()
-        self.log_path = log_path
-        full_env = {**os.environ, **env, "DATABASE_URL": database_url_for_workers(), "SECRET_KEY": settings.SECRET_KEY,
-                    "ALLOWED_HOSTS": "127.0.0.1", "PYTHONUNBUFFERED": "1"}
-        full_env.pop("DJANGO_SETTINGS_MODULE", None)
-        argv = [*launch.command("web"), "--bind", f"127.0.0.1:{self.port}", "--workers", "1"]
-        with open(log_path, "wb") as log:
-            self.proc = subprocess.Popen(argv, cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def wait_ready(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the web exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
-                conn.request("GET", "/accounts/login/")
-                if conn.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            finally:
-                conn.close()
-            time.sleep(0.2)
-        raise AssertionError(f"the web did not answer in {timeout} s:\n{self.log()}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-
-def _slow_download(web: _Web, path: str, cookie: str) -> tuple[bytes, int, float]:
+def _slow_download(web: Web, path: str, cookie: str) -> tuple[bytes, int, float]:
     """The body of `path`, read a little at a time for SLOW_S, then the rest at once;
     with how much the slow reading got, and the seconds it all took."""
     conn = _SmallWindow("127.0.0.1", web.port, timeout=60)
@@ -133,7 +84,7 @@ def _slow_download(web: _Web, path: str, cookie: str) -> tuple[bytes, int, float
 
 def test_each_fleet_export_arrives_whole_however_long_the_client_takes(admin_user, tmp_path):
     # One worker: the three downloads at once take a thread each of it.
-    web = _Web(tmp_path / "web.log", {"GPUFLEET_WEB_TIMEOUT": str(TIMEOUT_S), "GPUFLEET_WEB_THREADS": "4"})
+    web = Web(tmp_path / "web.log", {"GPUFLEET_WEB_TIMEOUT": str(TIMEOUT_S), "GPUFLEET_WEB_THREADS": "4"})
     pool = ThreadPoolExecutor(3)
     try:
         names = _fleet()  # while the web starts
