@@ -108,12 +108,19 @@ def _runs(states: list[tuple[str, Claim | None]], edges: list[datetime]) -> list
     return runs
 
 
-def counted(ledger: Ledger, start: datetime, end: datetime) -> list[Claim]:
-    """The claims for a count of GPUs that meet [start, end), by start: they hold no
-    GPU in particular, so a calendar shows them apart."""
-    window = Claim(PROBE, starts_at=start, ends_at=end)
-    found = [c for c in ledger.claims if not c.device_ids and c.count > 0 and c.overlaps(window)]
-    return sorted(found, key=lambda c: (c.starts_at or start, c.name))
+def count_lanes(ledger: Ledger, start: datetime, step: timedelta, slots: int) -> list[tuple[Claim, tuple[Run, ...]]]:
+    """The claims for a count of GPUs that meet the calendar, each with its slots (HELD
+    where it is in force at any instant of one, else ""): they hold no GPU in
+    particular, so a calendar shows each on a line of its own."""
+    edges = [start + i * step for i in range(slots + 1)]
+    found = []
+    for claim in ledger.claims:
+        if claim.device_ids or claim.count <= 0 or not claim.overlaps(Claim(PROBE, starts_at=edges[0], ends_at=edges[-1])):
+            continue
+        states = [(HELD, claim) if claim.overlaps(Claim(PROBE, starts_at=a, ends_at=b)) else ("", None)
+                  for a, b in zip(edges, edges[1:], strict=False)]
+        found.append((claim, tuple(_runs(states, edges))))
+    return sorted(found, key=lambda pair: (next(r.first for r in pair[1] if r.state == HELD), pair[0].name))
 
 
 # --- free GPUs per model per hour or day ------------------------------------------

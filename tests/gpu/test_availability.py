@@ -15,7 +15,7 @@ from gpufleet.gpu.availability import (
     FULL,
     HELD,
     SlotRequest,
-    counted,
+    count_lanes,
     earliest_slot,
     find_slots,
     fleet_free_by_model,
@@ -57,8 +57,10 @@ def test_counts_fill_the_gpus_no_claim_holds_without_holding_any():
     ledger = Ledger(node(2), [booking("pinned", 0, 4, device_ids=("0",)), booking("some", 2, 3, count=1)])
     found = lanes(ledger, at(0), HOUR, 4)
     assert states(found[1]) == [(0, 2, FREE, None), (2, 1, FULL, None), (3, 1, FREE, None)]
-    assert [c.name for c in counted(ledger, at(0), at(4))] == ["some"]
-    assert counted(ledger, at(3), at(4)) == []
+    [(claim, runs)] = count_lanes(ledger, at(0), HOUR, 4)
+    assert claim.name == "some"
+    assert [(r.first, r.slots, r.state) for r in runs] == [(0, 2, ""), (2, 1, HELD), (3, 1, "")]
+    assert count_lanes(ledger, at(3), HOUR, 1) == []
 
 
 def test_free_counts_per_model_are_the_fewest_free_in_each_bucket():
