@@ -9,8 +9,10 @@ the ledger would take a claim pinning it. A slot offered here is checked by `Led
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from gpufleet.gpu.devices import Device
@@ -38,6 +40,21 @@ def pieces(ledger: Ledger, start: datetime, end: datetime) -> list[Piece]:
     points = [start, *sorted(inside), end]
     return [Piece(a, b, Ledger(ledger.info, [c for c in ledger.claims if c.in_force(a)]))
             for a, b in zip(points, points[1:], strict=False) if a < b]
+
+
+def by_index(ledger: Ledger) -> Ledger:
+    """The same ledger with each pinned claim naming its GPUs by index, resolved once
+    here rather than at every instant asked about; a claim whose ids name no GPU of the
+    node pins nothing, so it is left out (it would otherwise read as every GPU)."""
+    claims = []
+    for claim in ledger.claims:
+        if claim.device_ids:
+            pinned = ledger.pinned(claim)
+            if not pinned:
+                continue
+            claim = replace(claim, device_ids=tuple(str(i) for i in sorted(pinned)))
+        claims.append(claim)
+    return Ledger(ledger.info, claims)
 
 
 def free_of(ledger: Ledger, devices: Iterable[Device]) -> list[Device]:
@@ -74,7 +91,7 @@ def lanes(ledger: Ledger, start: datetime, step: timedelta, slots: int) -> list[
     first claim holding the GPU at any instant of the slot, else FULL if the GPU cannot
     be booked at some instant of it, else FREE; runs of equal slots merged."""
     edges = [start + i * step for i in range(slots + 1)]
-    cut = pieces(ledger, edges[0], edges[-1])
+    cut = pieces(by_index(ledger), edges[0], edges[-1])
     found = []
     for device in ledger.info.devices:
         states: list[tuple[str, Claim | None]] = []
@@ -130,18 +147,20 @@ def free_by_model(ledger: Ledger, edges: list[datetime]) -> dict[str, list[int]]
     """For each GPU model of the node, how many of its GPUs are free throughout each
     bucket [edges[i], edges[i+1]): the fewest free at any instant of it."""
     models = sorted({d.name for d in ledger.info.devices})
-    counts: dict[str, list[int]] = {m: [] for m in models}
+    counts = {m: [-1] * (len(edges) - 1) for m in models}
     if not models or len(edges) < 2:
         return counts
-    cut = pieces(ledger, edges[0], edges[-1])
-    free = [_free_per_model(p.ledger, models) for p in cut]
-    at = 0
-    for a, b in zip(edges, edges[1:], strict=False):
-        while cut[at].ends_at <= a:
-            at += 1
-        meeting = [free[i] for i in range(at, len(cut)) if cut[i].starts_at < b]
-        for m in models:
-            counts[m].append(min(f[m] for f in meeting))
+    for piece in pieces(by_index(ledger), edges[0], edges[-1]):
+        free = _free_per_model(piece.ledger, models)
+        # The buckets the piece meets: those between its first and last wholly inside it
+        # (no other piece meets them), the first and last perhaps shared.
+        first = bisect_right(edges, piece.starts_at) - 1
+        last = bisect_left(edges, piece.ends_at) - 1
+        for m, row in counts.items():
+            if last > first + 1:
+                row[first + 1:last] = [free[m]] * (last - first - 1)
+            for i in (first, last):
+                row[i] = free[m] if row[i] < 0 else min(row[i], free[m])
     return counts
 
 
@@ -153,14 +172,16 @@ def _free_per_model(ledger: Ledger, models: list[str]) -> dict[str, int]:
 
 def fleet_free_by_model(candidates: Iterable[Candidate], edges: list[datetime]) -> dict[str, list[int]]:
     """`free_by_model` summed over the nodes that take new work (Candidate.closed), by model."""
-    total: dict[str, list[int]] = {}
+    # Most nodes' counts repeat another's (no claim in the days shown): each is summed once.
+    seen: Counter[tuple[str, tuple[int, ...]]] = Counter()
     for candidate in candidates:
-        if candidate.closed() is not None:
-            continue
-        for model, counts in free_by_model(candidate.ledger, edges).items():
-            sums = total.setdefault(model, [0] * len(counts))
-            for i, n in enumerate(counts):
-                sums[i] += n
+        if candidate.closed() is None:
+            seen.update((model, tuple(counts)) for model, counts in free_by_model(candidate.ledger, edges).items())
+    total: dict[str, list[int]] = {}
+    for (model, counts), nodes in seen.items():
+        sums = total.setdefault(model, [0] * len(counts))
+        for i, n in enumerate(counts):
+            sums[i] += n * nodes
     return dict(sorted(total.items()))
 
 
@@ -200,6 +221,7 @@ def earliest_slot(name: str, ledger: Ledger, request: SlotRequest) -> Slot | Non
     wanted = [d for d in ledger.info.devices if is_model(d, request.model) and _has_memory(d, request.min_vram_mib)]
     if request.count < 1 or len(wanted) < request.count:
         return None
+    ledger = by_index(ledger)
     ends = {c.ends_at for c in ledger.claims if c.ends_at is not None and c.ends_at > request.after}
     for start in [request.after, *sorted(ends)]:
         window = Claim(PROBE, starts_at=start, ends_at=start + request.duration)
@@ -209,8 +231,9 @@ def earliest_slot(name: str, ledger: Ledger, request: SlotRequest) -> Slot | Non
         if len(unheld) < request.count:
             continue
         gpus = tuple(unheld[: request.count])
-        probe = Claim(PROBE, device_ids=tuple(d.uuid for d in gpus), starts_at=window.starts_at, ends_at=window.ends_at)
-        error = ledger.fit(probe)
+        # Named by index, which the ledger resolves quicker than a UUID; the slot names them by UUID.
+        probe = Claim(PROBE, device_ids=tuple(str(d.index) for d in gpus), starts_at=window.starts_at, ends_at=window.ends_at)
+        error = Ledger(ledger.info, meeting).fit(probe)
         if error is None:
             left = min(p.ledger.free for p in pieces(Ledger(ledger.info, meeting), window.starts_at, window.ends_at))
             return Slot(name, gpus, window.starts_at, window.ends_at, left - request.count)

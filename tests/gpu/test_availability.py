@@ -155,3 +155,10 @@ def test_a_slot_is_one_the_ledger_takes_and_none_earlier_is(claims, count, hours
     for start in range(after, int((slot.starts_at - at(0)) / HOUR)):
         for gpus in combinations(UUIDS[:4], count):
             assert ledger.fit(Claim("p", device_ids=gpus, starts_at=at(start), ends_at=at(start + hours))) is not None
+
+
+def test_a_claim_on_gpus_the_node_no_longer_has_holds_nothing():
+    ledger = Ledger(node(2), [booking("gone", 0, 5, device_ids=("GPU-no-longer-there",)), booking("one", 0, 5, device_ids=("1",))])
+    assert [states(lane) for lane in lanes(ledger, at(0), HOUR, 5)] == [[(0, 5, FREE, None)], [(0, 5, HELD, "one")]]
+    assert free_by_model(ledger, [at(0), at(5)]) == {"NVIDIA H200": [1]}
+    assert earliest_slot("n", ledger, wanted(1)).gpus[0].index == 0
