@@ -123,6 +123,8 @@ Output  # gpufleet/api/pagination.py
 _.paginate_queryset  # gpufleet/api/pagination.py
 items_attribute  # gpufleet/api/pagination.py
 model_config  # gpufleet/api/schemas.py
+duration_hours  # gpufleet/api/schemas.py (an answer's key) and gpufleet/claims/forms.py (a form field, read from cleaned_data)
+min_vram_gib  # gpufleet/claims/forms.py: a form field, read from cleaned_data
 _.get_content_type  # gpufleet/api/views.py
 verbose_name_plural  # gpufleet/audit/models.py
 _._state  # gpufleet/claims/filters.py

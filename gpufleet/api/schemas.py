@@ -263,6 +263,33 @@ class RuledOutOut(Out):
     reason: str
 
 
+class SlotGpuOut(Out):
+    index: int
+    uuid: str
+
+
+class SlotOut(Out):
+    """One node's earliest window for the GPUs asked: book them with these `gpus`' UUIDs
+    as device_ids and this window (POST /api/nodes/{node}/claims/)."""
+
+    node: str
+    gpus: list[SlotGpuOut]
+    starts_at: str = _time("ISO 8601, UTC")
+    ends_at: str = _time("ISO 8601, UTC")
+
+
+class AvailabilityOut(Out):
+    """The question as understood (`after`: never before now), and each node's earliest
+    window for it, best first."""
+
+    count: int
+    model: str
+    min_free_vram_mib: int
+    duration_hours: float
+    after: str = _time("ISO 8601, UTC")
+    windows: list[SlotOut]
+
+
 class PlacementOut(Out):
     count: int
     model: str

@@ -9,6 +9,9 @@ claim carries the ledger's machine code."""
 
 # No `from __future__ import annotations`: ninja reads the paginated views' parameters
 # through @paginate's wrapper, whose module cannot resolve names written as strings.
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
@@ -29,6 +32,7 @@ from gpufleet.api.auth import Refused, SessionAuth, TokenAuth
 from gpufleet.api.errors import ApiError, answer, error, errors, unsupported_media_type
 from gpufleet.api.pagination import Pages
 from gpufleet.api.schemas import (
+    AvailabilityOut,
     ClaimIn,
     ClaimOut,
     ClaimUpdate,
@@ -43,6 +47,7 @@ from gpufleet.api.schemas import (
     filter_query,
 )
 from gpufleet.claims import services
+from gpufleet.claims.availability import fleet_slots
 from gpufleet.claims.filters import ClaimFilter
 from gpufleet.claims.models import Claim
 from gpufleet.claims.placement import RULED_OUT_SHOWN, fleet_placement
@@ -50,6 +55,7 @@ from gpufleet.events.filters import EventFilter, listed
 from gpufleet.events.models import Event
 from gpufleet.fleet.filters import NodeFilter
 from gpufleet.fleet.models import Node
+from gpufleet.gpu import availability as gpu_availability
 
 # The lists' query parameters are their pages' FilterSets; the node list's page size is
 # the API's own (gpufleet.api.pagination), not the overview's `per`.
@@ -67,6 +73,16 @@ PLACEMENT = [
     _query("count", {"type": "integer", "minimum": 0, "default": 1, "description": "GPUs wanted; 0: every GPU of one node"}),
     _query("model", {"type": "string", "description": "part of the GPU name, any case"}),
     _query("min_free_vram_mib", {"type": "integer", "minimum": 0, "default": 0, "description": "free VRAM per GPU"}),
+]
+AVAILABILITY = [
+    _query("count", {"type": "integer", "minimum": 1, "default": 1, "description": "GPUs wanted, all on one node"}),
+    _query("model", {"type": "string", "description": "part of the GPU name, any case"}),
+    _query("min_free_vram_mib", {"type": "integer", "minimum": 0, "default": 0,
+                                 "description": "memory per GPU: a booked GPU's whole memory is the booking's"}),
+    _query("duration_hours", {"type": "number", "exclusiveMinimum": 0, "default": 1,
+                              "description": "how long, at most GPUFLEET_MAX_RESERVATION_DAYS days"}),
+    _query("after", {"type": "string", "format": "date-time",
+                     "description": "the earliest start, ISO 8601 with a time zone; left out or past: now"}),
 ]
 VERSION = {
     **_query(services.VERSION_FIELD, {"type": "string"}),
@@ -318,6 +334,38 @@ def placement(request: HttpRequest) -> dict:
         }
 
 
+@read("/availability/", "availability", response={200: AvailabilityOut, **errors(400, 401, 403)},
+      openapi_extra={"parameters": AVAILABILITY})
+def availability(request: HttpRequest) -> dict:
+    """The earliest windows `count` GPUs of one node are free for `duration_hours`, at
+    `after` or later: each node's earliest, best first (earliest, then fewest GPUs left
+    over), the first SLOTS_SHOWN. Nodes that take no new claims (offline, in maintenance
+    or validation, failing, stale) are left out."""
+    duration = _hours(request.GET, "duration_hours", 1)
+    wanted = gpu_availability.SlotRequest(
+        after=_moment(request.GET, "after") or timezone.now(),
+        duration=timedelta(hours=duration),
+        count=_whole_number(request.GET, "count", 1),
+        model=request.GET.get("model", "").strip(),
+        min_vram_mib=_whole_number(request.GET, "min_free_vram_mib", 0),
+    )
+    if wanted.count < 1:
+        raise ApiError(400, "bad_parameter", "count must be a whole number from 1", field="count")
+    now = timezone.now()
+    return {
+        "count": wanted.count,
+        "model": wanted.model,
+        "min_free_vram_mib": wanted.min_vram_mib,
+        "duration_hours": duration,
+        "after": max(wanted.after, now).astimezone(UTC).isoformat(),
+        "windows": [
+            {"node": slot.node, "gpus": [{"index": d.index, "uuid": d.uuid} for d in slot.gpus],
+             "starts_at": slot.starts_at.astimezone(UTC).isoformat(), "ends_at": slot.ends_at.astimezone(UTC).isoformat()}
+            for slot in fleet_slots(wanted, now)
+        ],
+    }
+
+
 # --- claims, writable ----------------------------------------------------------
 
 
@@ -455,6 +503,37 @@ def _whole_number(params: QueryDict, name: str, default: int) -> int:
     if not (raw.isascii() and raw.isdigit()) or int(raw) > 1_000_000:
         raise ApiError(400, "bad_parameter", f"{name} must be a whole number from 0", field=name)
     return int(raw)
+
+
+def _hours(params: QueryDict, name: str, default: float) -> float:
+    raw = params.get(name, "").strip()
+    if not raw:
+        return default
+    longest = settings.GPUFLEET_MAX_RESERVATION_DAYS * 24
+    try:
+        hours = float(raw)
+    except ValueError:
+        hours = 0.0
+    if not 0 < hours <= longest:  # also refuses nan and inf
+        raise ApiError(400, "bad_parameter", f"{name} must be a number of hours above 0 and at most {longest}"
+                                             " (GPUFLEET_MAX_RESERVATION_DAYS)", field=name)
+    return hours
+
+
+def _moment(params: QueryDict, name: str) -> datetime | None:
+    """A time given as ISO 8601 with its time zone; None when left out."""
+    raw = params.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ApiError(400, "bad_parameter", f"{name} must be a time as ISO 8601, e.g. 2026-12-08T09:00:00+01:00",
+                       field=name) from None
+    if moment.tzinfo is None:
+        raise ApiError(400, "bad_parameter", f"{name}: give the time with its time zone, e.g. 2026-12-08T09:00:00+01:00",
+                       field=name)
+    return moment
 
 
 def _terms(body: ClaimIn, user, editing: Claim | None) -> services.Terms:

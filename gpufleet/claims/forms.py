@@ -4,17 +4,20 @@ or chosen GPUs); whether that fits the node is the ledger's call, made through
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django import forms
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.validators import MaxValueValidator
 from django.utils import timezone
 
 from gpufleet import gpu
 from gpufleet.claims import services
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Device, Node
+from gpufleet.gpu import availability
 
 COUNT, ALL, DEVICES = "count", "all", "devices"
 MODES = [(COUNT, "A number of GPUs"), (ALL, "All GPUs"), (DEVICES, "These GPUs")]
@@ -274,4 +277,38 @@ class PlacementForm(forms.Form):
             count=0 if data["whole_node"] else data["count"],
             model=data.get("model", "").strip(),
             min_free_vram_mib=int(gib * 1024),
+        )
+
+
+class SlotForm(forms.Form):
+    """The "find a slot" question; the answer is the ledger's (gpufleet.gpu.availability)."""
+
+    count = forms.IntegerField(min_value=1, max_value=1024, initial=1, label="GPUs")
+    model = forms.CharField(
+        max_length=100, required=False, label="Model", widget=forms.TextInput(attrs={"placeholder": "e.g. H100"})
+    )
+    min_vram_gib = forms.DecimalField(
+        min_value=0, max_value=100000, decimal_places=1, required=False, label="Memory per GPU (GiB)"
+    )
+    duration_hours = forms.DecimalField(min_value=Decimal("0.25"), decimal_places=2, initial=1, label="For (hours)")
+    after = forms.DateTimeField(
+        required=False,
+        label="From",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        help_text=f"Empty: now. In the site's time ({settings.TIME_ZONE}).",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The longest window a claim may have (read here, so that a test's setting counts).
+        self.fields["duration_hours"].validators.append(MaxValueValidator(settings.GPUFLEET_MAX_RESERVATION_DAYS * 24))
+
+    def slot_request(self, now: datetime) -> availability.SlotRequest:
+        data = self.cleaned_data
+        return availability.SlotRequest(
+            after=data.get("after") or now,
+            duration=timedelta(hours=float(data["duration_hours"])),
+            count=data["count"],
+            model=data.get("model", "").strip(),
+            min_vram_mib=int((data.get("min_vram_gib") or 0) * 1024),
         )

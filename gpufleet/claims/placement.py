@@ -7,7 +7,10 @@ fixed number of queries, whatever the fleet size."""
 
 from __future__ import annotations
 
-from django.db.models import Prefetch
+from collections.abc import Iterator
+from datetime import datetime
+
+from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
 from gpufleet import gpu
@@ -22,6 +25,12 @@ RULED_OUT_SHOWN = 50
 def fleet_placement(request: gpu.PlacementRequest, now=None) -> gpu.Placement:
     """Three queries: the nodes, their current GPUs, their claims."""
     now = now or timezone.now()
+    return gpu.place(request, fleet_candidates(Claim.objects.in_force(now), now))
+
+
+def fleet_candidates(claims: QuerySet[Claim], now: datetime) -> Iterator[gpu.Candidate]:
+    """Every node as the domain's Candidate, its ledger holding `claims` of the node, in
+    three queries: the nodes, their current GPUs, their claims."""
     stale_before = now - offline_after()
     nodes = Node.objects.annotate(in_maintenance=in_maintenance_flag(now), in_validation=in_validation_flag()).order_by(
         "name").prefetch_related(
@@ -30,12 +39,12 @@ def fleet_placement(request: gpu.PlacementRequest, now=None) -> gpu.Placement:
             queryset=Device.objects.filter(vanished_at__isnull=True).order_by("index"),
             to_attr="current_devices_cache",
         ),
-        Prefetch("claims", queryset=Claim.objects.in_force(now), to_attr="claims_in_force"),
+        Prefetch("claims", queryset=claims, to_attr="claims_chosen"),
     )
-    candidates = (
+    return (
         gpu.Candidate(
             name=node.name,
-            ledger=node.ledger(claims=node.claims_in_force),
+            ledger=node.ledger(claims=node.claims_chosen),
             offline=node.offline,
             maintenance=node.in_maintenance,
             validation=node.in_validation,
@@ -44,4 +53,3 @@ def fleet_placement(request: gpu.PlacementRequest, now=None) -> gpu.Placement:
         )
         for node in nodes
     )
-    return gpu.place(request, candidates)

@@ -8,6 +8,8 @@ through `services`, and `services.save_claim` asks again under the node lock."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import datetime
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -18,14 +20,15 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import reswap, retarget, trigger_client_event
 
 from gpufleet import gpu
 from gpufleet.audit.models import AuditEntry
-from gpufleet.claims import services, use
+from gpufleet.claims import availability, services, use
 from gpufleet.claims.filters import ClaimFilter
-from gpufleet.claims.forms import ALL, DEVICES, ClaimForm, PlacementForm
+from gpufleet.claims.forms import ALL, DEVICES, ClaimForm, PlacementForm, SlotForm
 from gpufleet.claims.models import Claim, with_current_devices
 from gpufleet.claims.placement import RULED_OUT_SHOWN, fleet_placement
 from gpufleet.core import downloads
@@ -34,6 +37,7 @@ from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.core.paging import ListPaginator
 from gpufleet.core.querystring import clean_query
 from gpufleet.fleet.models import Device, Node
+from gpufleet.gpu.availability import FREE
 
 AUDIT_ROWS = 10
 LIST_PAGE_SIZE = 50
@@ -327,12 +331,76 @@ def find(request: HttpRequest) -> HttpResponse:
     return render_page(request, "claims/find.html", context, partial="placement-result")
 
 
+# --- when GPUs are free ------------------------------------------------------
+
+
+@require_GET
+@requires(VIEW)
+def calendar(request: HttpRequest, name: str) -> HttpResponse:
+    """The node's GPUs over the next days, each claim a bar; a free span opens the claim
+    form filled in (in the node page's panel under HTMX). The node page loads it as a
+    partial and again after every change of its claims."""
+    node = get_object_or_404(Node, name=name)
+    now = timezone.now()
+    shown = availability.node_calendar(node, now)
+    if can(request.user, EDIT_CLAIMS):
+        for line in shown.lines:
+            if line.uuid:
+                line.bars[:] = [replace(bar, book_url=book_url(node.name, [line.uuid], bar.starts_at, bar.ends_at, now))
+                                if bar.state == FREE else bar for bar in line.bars]
+    context = {"node": node, "calendar": shown, "now": now, "zone": timezone.get_current_timezone_name(),
+               "fragment": wants_fragment(request)}
+    return render_page(request, "claims/calendar.html", context, partial="node-calendar")
+
+
+@require_GET
+@requires(VIEW)
+def fleet_availability(request: HttpRequest) -> HttpResponse:
+    """For each GPU model, how many GPUs are free in each hour (or ?step=day) of the next days."""
+    step = request.GET.get("step") if request.GET.get("step") in availability.STEPS else availability.STEPS[0]
+    edges, counts = availability.fleet_free(step)
+    context = {
+        "step": step,
+        "steps": availability.STEPS,
+        "buckets": edges[:-1],
+        "models": sorted(counts.items()),
+        "days": availability.HORIZON_DAYS,
+        "zone": timezone.get_current_timezone_name(),
+    }
+    return render_page(request, "claims/availability.html", context, partial="availability-table")
+
+
+@require_GET
+@requires(VIEW)
+def find_slot(request: HttpRequest) -> HttpResponse:
+    """The earliest windows N GPUs of one node are free, best first, each with a link to
+    the claim form filled in (checked again by the ledger when saved). A GET form; HTMX
+    gets the answer's partial alone."""
+    form = SlotForm(request.GET if request.GET else None)
+    now = timezone.now()
+    slots = availability.fleet_slots(form.slot_request(now), now) if form.is_valid() else None
+    rows = [(slot, book_url(slot.node, slot.device_ids, slot.starts_at, slot.ends_at, now)) for slot in slots or ()]
+    context = {"slot_form": form, "slots": slots, "rows": rows, "zone": timezone.get_current_timezone_name()}
+    return render_page(request, "claims/slots.html", context, partial="slot-result")
+
+
+def book_url(node_name: str, device_ids, starts_at: datetime, ends_at: datetime, now: datetime) -> str:
+    """The claim form of the node, filled in with these GPUs and window; a start already
+    come is left out (the form's "now")."""
+    query = [(DEVICES, device_id) for device_id in device_ids]
+    if starts_at > now:
+        query.append(("starts_at", timezone.localtime(starts_at).isoformat()))
+    query.append(("ends_at", timezone.localtime(ends_at).isoformat()))
+    return f"{reverse('claims:add', args=[node_name])}?{urlencode(query)}"
+
+
 # --- helpers ---------------------------------------------------------------
 
 
 def _new_claim_initial(request) -> dict:
-    """A new claim is owned by whoever adds it; "claim here" (from "find a node")
-    brings the count, every GPU, or the GPUs to pin along in the query."""
+    """A new claim is owned by whoever adds it; "claim here" (from "find a node"), "book
+    this" and the calendar bring the count, every GPU, or the GPUs to pin, and the
+    window, along in the query."""
     initial = {"owner": request.user.get_username()}
     if request.GET.get("mode") == ALL:
         initial["mode"] = ALL
@@ -340,7 +408,22 @@ def _new_claim_initial(request) -> dict:
         initial.update(mode=DEVICES, devices=request.GET.getlist(DEVICES)[:MAX_PREFILLED_DEVICES])
     elif request.GET.get("count", "").isdigit() and int(request.GET["count"]) > 0:
         initial["count"] = int(request.GET["count"])
+    for field in ("starts_at", "ends_at"):
+        moment = _moment(request.GET.get(field, ""))
+        if moment is not None:
+            initial[field] = timezone.localtime(moment)
     return initial
+
+
+def _moment(text: str) -> datetime | None:
+    """An ISO 8601 time from a link (one without a zone is the site's); None if unreadable."""
+    try:
+        moment = parse_datetime(text.strip())
+    except ValueError:
+        return None
+    if moment is not None and timezone.is_naive(moment):
+        moment = timezone.make_aware(moment)
+    return moment
 
 
 def _add_form(node: Node, ledger: gpu.Ledger, devices: list[Device], data=None, initial=None) -> ClaimForm:

@@ -252,10 +252,11 @@ class Ledger:
     def holder_of(self, device_index: int) -> str | None:
         """The claim holding that GPU by pinning it or by taking every GPU; None when
         it is free or only covered by a count (counts hold no particular GPU)."""
-        holding = self._holding(device_index)
+        holding = self.holding(device_index)
         return holding.name if holding is not None else None
 
-    def _holding(self, device_index: int) -> Claim | None:
+    def holding(self, device_index: int) -> Claim | None:
+        """`holder_of`'s claim itself."""
         for claim in self.claims:
             if claim.all or device_index in self.pinned(claim):
                 return claim
@@ -300,7 +301,7 @@ class Ledger:
                 return Insufficient(self.total, held.free, self.total, tuple(held.holders), _with_windows(held, claim), when)
             return None
         for index, device_id in named.items():
-            holding = held._holding(index)
+            holding = held.holding(index)
             if holding is not None:
                 return DeviceTaken(device_id, index, holding.name, _limits(holding, claim))
         need = len(named) if named else claim.count

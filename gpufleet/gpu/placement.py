@@ -69,6 +69,19 @@ class Candidate:
     failing: bool = False
     stale: bool = False
 
+    def closed(self) -> RuledOut | None:
+        """Why the node takes no new work whatever is asked, or None."""
+        for flag, code, reason in (
+            (self.offline, OFFLINE, "offline"),
+            (self.maintenance, MAINTENANCE, "in maintenance"),
+            (self.validation, VALIDATION, "in validation until a DCGM diagnostic passes"),
+            (self.failing, FAILING, "failing"),
+            (self.stale, STALE, "stale: it missed its last reports"),
+        ):
+            if flag:
+                return RuledOut(self.name, code, reason)
+        return None
+
 
 @dataclass(frozen=True)
 class Fit:
@@ -123,19 +136,12 @@ def free_vram_mib(device: Device) -> int | None:
 
 def _try(request: PlacementRequest, candidate: Candidate) -> Fit | RuledOut:
     name = candidate.name
-    if candidate.offline:
-        return RuledOut(name, OFFLINE, "offline")
-    if candidate.maintenance:
-        return RuledOut(name, MAINTENANCE, "in maintenance")
-    if candidate.validation:
-        return RuledOut(name, VALIDATION, "in validation until a DCGM diagnostic passes")
-    if candidate.failing:
-        return RuledOut(name, FAILING, "failing")
-    if candidate.stale:
-        return RuledOut(name, STALE, "stale: it missed its last reports")
+    closed = candidate.closed()
+    if closed is not None:
+        return closed
     ledger = candidate.ledger
     devices = ledger.info.devices
-    of_model = [d for d in devices if _is_model(d, request.model)]
+    of_model = [d for d in devices if is_model(d, request.model)]
     roomy = [d for d in of_model if _has_room(d, request.min_free_vram_mib)]
     if request.all:
         if devices and not of_model:
@@ -188,7 +194,8 @@ def _too_few(name: str, free: int, total: int, busy: int = 0) -> RuledOut:
     return RuledOut(name, TOO_FEW, f"too few free GPUs ({free} free of {total}{more})")
 
 
-def _is_model(device: Device, model: str) -> bool:
+def is_model(device: Device, model: str) -> bool:
+    """Whether the GPU's name holds `model` (any case); "" is every model."""
     return model.strip().lower() in device.name.lower()
 
 

@@ -1,5 +1,5 @@
-"""The claims app's pieces on other apps' pages: `{% claims_panel node %}` on the
-node page, `{% claims_fleet_finding as f %}` for the overview's fleet findings, and
+"""The claims app's pieces on other apps' pages: `{% claims_panel node %}` and
+`{% claims_calendar node %}` on the node page, `{% claims_fleet_finding as f %}` for the overview's fleet findings, and
 `{{ claim|time_left }}` for claims that end."""
 
 from __future__ import annotations
@@ -17,6 +17,12 @@ register = template.Library()
 def claims_panel(context, node) -> dict:
     request = context["request"]
     return {**claims_panel_context(request, node), "request": request, "access": context.get("access", {})}
+
+
+@register.inclusion_tag("claims/calendar.html#calendar-slot")
+def claims_calendar(node) -> dict:
+    """A slot the calendar loads into (claims:calendar): the node page waits for none of it."""
+    return {"node": node}
 
 
 @register.simple_tag

@@ -1,0 +1,143 @@
+"""When GPUs are free, from the stored nodes and their claims: a node's calendar, the
+fleet's free GPUs per model per hour or day, and the earliest slots for N GPUs. The
+answers are the domain's (gpufleet.gpu.availability); this reads what they need, the
+fleet in a fixed number of queries whatever its size (as placement does)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+
+from django.utils import timezone
+
+from gpufleet.claims.models import Claim
+from gpufleet.claims.placement import fleet_candidates
+from gpufleet.fleet.models import Node
+from gpufleet.gpu import availability
+
+HORIZON_DAYS = 14
+HOUR = timedelta(hours=1)
+DAY = "day"
+STEPS = ("hour", DAY)
+# "Find a slot" lists this many nodes' earliest windows.
+SLOTS_SHOWN = 20
+
+
+def bar_label(row: Claim | None, name: str) -> str:
+    """What a calendar bar says of its claim: its name, its team where claims have one,
+    and its owner."""
+    if row is None:
+        return name
+    parts = [row.name]
+    team = getattr(row, "team", None)
+    if team:
+        parts.append(str(team))
+    if row.owner_id:
+        parts.append(row.owner.get_username())
+    return " · ".join(parts)
+
+
+def calendar_start(now: datetime) -> datetime:
+    """The hour `now` is in, in the site's time zone (a zone may be half an hour off UTC)."""
+    return timezone.localtime(now).replace(minute=0, second=0, microsecond=0).astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class Bar:
+    """A run of a calendar line as a template draws it: `slots` hours wide."""
+
+    slots: int
+    state: str  # availability.HELD / FREE / FULL, or "" for a count claim's empty hours
+    starts_at: datetime
+    ends_at: datetime
+    label: str = ""
+    window: str = ""
+    book_url: str = ""  # a free run's link to the claim form, filled in
+
+
+@dataclass(frozen=True)
+class Line:
+    title: str
+    detail: str
+    uuid: str  # the GPU's, for "book it"; "" for a count claim's line
+    bars: list[Bar]
+
+
+@dataclass(frozen=True)
+class Calendar:
+    starts_at: datetime
+    ends_at: datetime
+    days: list[tuple[datetime, int]]  # each day shown (its first hour) and its hours
+    lines: list[Line]
+
+    @property
+    def hours(self) -> int:
+        return sum(hours for _, hours in self.days)
+
+
+def node_calendar(node: Node, now: datetime | None = None) -> Calendar:
+    """The node's GPUs hour by hour over the next HORIZON_DAYS, and its claims for a count
+    of GPUs, each on a line. Three queries: its GPUs, its claims meeting the days, their owners."""
+    start = calendar_start(now or timezone.now())
+    slots = HORIZON_DAYS * 24
+    end = start + slots * HOUR
+    rows = list(node.claims.overlapping(start, end).select_related("owner"))
+    by_name = {row.name: row for row in rows}
+    ledger = node.ledger(claims=rows)
+
+    def bar(run: availability.Run) -> Bar:
+        if run.claim is None:
+            return Bar(run.slots, run.state, run.starts_at, run.ends_at)
+        return Bar(run.slots, run.state, run.starts_at, run.ends_at, bar_label(by_name.get(run.claim.name), run.claim.name),
+                   run.claim.window())
+
+    lines = [
+        Line(f"GPU {lane.device.index}", lane.device.name, lane.device.uuid, [bar(r) for r in lane.runs])
+        for lane in availability.lanes(ledger, start, HOUR, slots)
+    ]
+    for claim, runs in availability.count_lanes(ledger, start, HOUR, slots):
+        gpus = f"{claim.count} GPU{'' if claim.count == 1 else 's'}"
+        lines.append(Line(gpus, "any of the node's GPUs", "", [bar(r) for r in runs]))
+    return Calendar(start, end, _days(start, slots), lines)
+
+
+def _days(start: datetime, slots: int) -> list[tuple[datetime, int]]:
+    days: list[tuple[datetime, int]] = []
+    for i in range(slots):
+        hour = start + i * HOUR
+        if days and timezone.localdate(hour) == timezone.localdate(days[-1][0]):
+            days[-1] = (days[-1][0], days[-1][1] + 1)
+        else:
+            days.append((hour, 1))
+    return days
+
+
+def bucket_edges(step: str, now: datetime) -> list[datetime]:
+    """The buckets of the next HORIZON_DAYS: hours from the current one, or days from
+    today's midnight, both in the site's time zone (a day may have 23 or 25 hours)."""
+    if step == DAY:
+        today = timezone.localdate(now)
+        zone = timezone.get_current_timezone()
+        return [datetime.combine(today + timedelta(days=i), datetime.min.time(), zone).astimezone(UTC)
+                for i in range(HORIZON_DAYS + 1)]
+    start = calendar_start(now)
+    return [start + i * HOUR for i in range(HORIZON_DAYS * 24 + 1)]
+
+
+def fleet_free(step: str, now: datetime | None = None) -> tuple[list[datetime], dict[str, list[int]]]:
+    """The buckets and, per GPU model, how many GPUs of the nodes that take new work are
+    free throughout each. Three queries, whatever the fleet size."""
+    now = now or timezone.now()
+    edges = bucket_edges(step, now)
+    claims = Claim.objects.overlapping(max(edges[0], now), edges[-1])
+    return edges, availability.fleet_free_by_model(fleet_candidates(claims, now), edges)
+
+
+def fleet_slots(request: availability.SlotRequest, now: datetime | None = None) -> list[availability.Slot]:
+    """The earliest windows for `request`, best first (SLOTS_SHOWN of them); never before
+    now. Three queries, whatever the fleet size."""
+    now = now or timezone.now()
+    if request.after < now:
+        request = replace(request, after=now)
+    claims = Claim.objects.overlapping(request.after, None)
+    return availability.find_slots(request, fleet_candidates(claims, now), SLOTS_SHOWN)
