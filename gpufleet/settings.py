@@ -353,6 +353,10 @@ GPUFLEET_IDLE_HOURS = env_float("GPUFLEET_IDLE_HOURS", 24.0, minimum=0.0001)
 # it releases the claim (audited, by "system") once it stayed idle GRACE_HOURS after that.
 GPUFLEET_IDLE_GRACE_HOURS = env_float("GPUFLEET_IDLE_GRACE_HOURS", 24.0, minimum=0.0)
 GPUFLEET_RELEASE_IDLE = env_bool("GPUFLEET_RELEASE_IDLE", False)
+# A booking (a claim made before its start) none of whose GPUs did work in this many hours
+# from its start is a no-show: flagged idle then, its owner told, and released GRACE_HOURS
+# later whatever RELEASE_IDLE says; 0 leaves bookings to the idle rule alone.
+GPUFLEET_NO_SHOW_HOURS = env_float("GPUFLEET_NO_SHOW_HOURS", 2.0, minimum=0.0)
 # Email to claim owners (idle claims, monthly usage reports) goes through this SMTP server;
 # with no host set none is sent (the alert channels still hear of the events).
 EMAIL_HOST = os.environ.get("GPUFLEET_EMAIL_HOST", "").strip()

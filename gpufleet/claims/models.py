@@ -9,7 +9,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Lower
 from django.utils import timezone
 
@@ -49,6 +49,12 @@ class ClaimQuerySet(models.QuerySet):
     def booked(self, at: datetime | None = None) -> ClaimQuerySet:
         """Bookings ahead: their windows start after `at` (default now)."""
         return self.filter(starts_at__gt=at or timezone.now())
+
+    def no_shows(self) -> ClaimQuerySet:
+        """`Claim.no_show` in SQL: the bookings flagged idle from their start."""
+        if settings.GPUFLEET_NO_SHOW_HOURS <= 0:
+            return self.none()
+        return self.filter(idle_since=F("starts_at"), starts_at__gt=F("created_at"))
 
 
 class Claim(models.Model):
@@ -150,6 +156,19 @@ class Claim(models.Model):
     def booked(self) -> bool:
         """A booking ahead: its window starts later."""
         return self.starts_at is not None and self.starts_at > timezone.now()
+
+    @property
+    def made_ahead(self) -> bool:
+        """Whether the claim was made before its start: a booking, which the no-show rule
+        judges (a claim made now starts when it is made)."""
+        return self.created_at is not None and self.starts_at > self.created_at
+
+    @property
+    def no_show(self) -> bool:
+        """A booking flagged idle from its start: none of its GPUs did work since it
+        started (ingest flags it GPUFLEET_NO_SHOW_HOURS after; 0 turns the rule off)."""
+        return (settings.GPUFLEET_NO_SHOW_HOURS > 0 and self.idle_since is not None
+                and self.idle_since == self.starts_at and self.made_ahead)
 
     def as_audit_dict(self) -> dict:
         return {
