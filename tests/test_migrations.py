@@ -30,6 +30,7 @@ SHIPPED["alerts"].append("0002_delivery_muted")
 SHIPPED["claims"].append("0004_claim_windows")
 SHIPPED["claims"].append("0005_claim_series")
 SHIPPED["alerts"].append("0003_channel_format")
+SHIPPED["claims"].append("0006_claim_reminders")
 
 
 def _migrations() -> dict[str, list[Path]]:
