@@ -360,7 +360,11 @@ GPUFLEET_IDLE_HOURS = env_float("GPUFLEET_IDLE_HOURS", 24.0, minimum=0.0001)
 # it releases the claim (audited, by "system") once it stayed idle GRACE_HOURS after that.
 GPUFLEET_IDLE_GRACE_HOURS = env_float("GPUFLEET_IDLE_GRACE_HOURS", 24.0, minimum=0.0)
 GPUFLEET_RELEASE_IDLE = env_bool("GPUFLEET_RELEASE_IDLE", False)
-# Email to claim owners (idle claims, monthly usage reports) goes through this SMTP server;
+# A booking (a claim made before its start) none of whose GPUs did work in this many hours
+# from its start is a no-show: flagged idle then, its owner told, and released GRACE_HOURS
+# later whatever RELEASE_IDLE says; 0 leaves bookings to the idle rule alone.
+GPUFLEET_NO_SHOW_HOURS = env_float("GPUFLEET_NO_SHOW_HOURS", 2.0, minimum=0.0)
+# Email to claim owners (idle claims, reminders, monthly usage reports) goes through this SMTP server;
 # with no host set none is sent (the alert channels still hear of the events).
 EMAIL_HOST = os.environ.get("GPUFLEET_EMAIL_HOST", "").strip()
 EMAIL_PORT = env_int("GPUFLEET_EMAIL_PORT", 25, minimum=1)
@@ -549,6 +553,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "gpufleet.usage.tasks.idle_claims",
         "schedule": GPUFLEET_COLLECT_INTERVAL,
         "options": {"expires": GPUFLEET_COLLECT_INTERVAL},
+    },
+    # Owners reminded of the claims that start or end within the hour (gpufleet/usage/reminders.py).
+    "remind-owners": {
+        "task": "gpufleet.usage.tasks.remind_owners",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
     },
     # Last month's usage reports, once the month is rolled (gpufleet/usage/monthly.py).
     "monthly-usage-reports": {

@@ -189,6 +189,10 @@ min_free_vram_gib  # gpufleet/claims/forms.py
 worsened_at  # gpufleet/events/models.py
 _.worsened_at  # gpufleet/events/services.py
 whole_node  # gpufleet/claims/forms.py
+start_reminded_at  # gpufleet/claims/models.py: read by ORM lookups (gpufleet/usage/reminders.py)
+end_reminded_at  # gpufleet/claims/models.py
+_.start_reminded_at  # gpufleet/claims/services.py
+_.end_reminded_at  # gpufleet/claims/services.py
 power_draw_w_max  # gpufleet/fleet/charts.py
 power_peak_w  # gpufleet/fleet/charts.py
 temperature_c_max  # gpufleet/fleet/charts.py

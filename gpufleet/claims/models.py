@@ -5,16 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Lower
 from django.utils import timezone
 
 from gpufleet import gpu
 from gpufleet.fleet.models import Device
+
+# How long before a claim starts, and before it ends, its owner is reminded (gpufleet/usage/reminders.py).
+REMINDER_LEAD = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,26 @@ class ClaimQuerySet(models.QuerySet):
     def booked(self, at: datetime | None = None) -> ClaimQuerySet:
         """Bookings ahead: their windows start after `at` (default now)."""
         return self.filter(starts_at__gt=at or timezone.now())
+
+    def starting_soon(self, at: datetime | None = None) -> ClaimQuerySet:
+        """The bookings that start within REMINDER_LEAD after `at` (default now)."""
+        at = at or timezone.now()
+        return self.filter(starts_at__gt=at, starts_at__lte=at + REMINDER_LEAD)
+
+    def ending_soon(self, at: datetime | None = None) -> ClaimQuerySet:
+        """The claims in force at `at` (default now) that end within REMINDER_LEAD after it."""
+        at = at or timezone.now()
+        return self.in_force(at).filter(ends_at__lte=at + REMINDER_LEAD)
+
+    def soon(self, at: datetime | None = None) -> ClaimQuerySet:
+        """What owners are reminded of: the claims starting or ending within REMINDER_LEAD."""
+        return self.starting_soon(at) | self.ending_soon(at)
+
+    def no_shows(self) -> ClaimQuerySet:
+        """`Claim.no_show` in SQL: the bookings flagged idle from their start."""
+        if settings.GPUFLEET_NO_SHOW_HOURS <= 0:
+            return self.none()
+        return self.filter(idle_since=F("starts_at"), starts_at__gt=F("created_at"))
 
 
 class Claim(models.Model):
@@ -89,6 +112,10 @@ class Claim(models.Model):
     ends_at = models.DateTimeField(null=True, blank=True)
     # The occurrences of one repeating booking share it (services.save_series); null for a single claim.
     series = models.UUIDField(null=True, blank=True, editable=False, db_index=True)
+    # When the central beat reminded the owner that the claim starts, or ends, within
+    # REMINDER_LEAD (gpufleet/usage/reminders.py); a save that moves the start or end clears its own.
+    start_reminded_at = models.DateTimeField(null=True, blank=True, editable=False)
+    end_reminded_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = ClaimQuerySet.as_manager()
 
@@ -154,6 +181,19 @@ class Claim(models.Model):
     def booked(self) -> bool:
         """A booking ahead: its window starts later."""
         return self.starts_at is not None and self.starts_at > timezone.now()
+
+    @property
+    def made_ahead(self) -> bool:
+        """Whether the claim was made before its start: a booking, which the no-show rule
+        judges (a claim made now starts when it is made)."""
+        return self.created_at is not None and self.starts_at > self.created_at
+
+    @property
+    def no_show(self) -> bool:
+        """A booking flagged idle from its start: none of its GPUs did work since it
+        started (ingest flags it GPUFLEET_NO_SHOW_HOURS after; 0 turns the rule off)."""
+        return (settings.GPUFLEET_NO_SHOW_HOURS > 0 and self.idle_since is not None
+                and self.idle_since == self.starts_at and self.made_ahead)
 
     def as_audit_dict(self) -> dict:
         return {

@@ -299,6 +299,11 @@ def save_claim(
             claim.count = proposed.count if not proposed.device_ids else 0
             claim.device_ids = list(proposed.device_ids)
             claim.missing_devices = []
+            # A moved start or end is reminded again at its new time (gpufleet/usage/reminders.py).
+            if claim.starts_at != starts_at:
+                claim.start_reminded_at = None
+            if claim.ends_at != ends_at:
+                claim.end_reminded_at = None
             claim.starts_at, claim.ends_at = starts_at, ends_at
             if terms is not None:
                 claim.owner, claim.contact = terms.owner, terms.contact

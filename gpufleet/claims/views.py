@@ -41,6 +41,8 @@ from gpufleet.gpu.availability import FREE
 
 AUDIT_ROWS = 10
 LIST_PAGE_SIZE = 50
+# The most of a person's claims starting or ending soon that the claims page names.
+REMINDERS_SHOWN = 10
 PANEL = "claims/node_claims.html"
 FORM_PAGE = "claims/claim_form.html"
 FORM_PARTIAL = "claim-form"
@@ -298,9 +300,13 @@ def claim_list(request: HttpRequest) -> HttpResponse:
         claim.gpus = claim.gpu_names() if claim.device_ids else []
     query = clean_query(request.GET)
     query.pop("page", None)
+    fragment = wants_fragment(request)
     context = {
         "filter": claim_filter,
-        "fragment": wants_fragment(request),
+        "fragment": fragment,
+        # The reminders the beat emails, shown to their owner above the list (not refreshed with it).
+        "soon": [] if fragment else list(Claim.objects.filter(owner=request.user).soon()
+                                         .select_related("node").order_by("starts_at", "pk")[:REMINDERS_SHOWN]),
         "page": page,
         "node_filter": claim_filter.cleaned("node"),
         "q": claim_filter.cleaned("q"),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gpufleet.gpu.devices import Device
 from gpufleet.gpu.ledger import Claim, Ledger, containers_on
@@ -108,7 +108,7 @@ def holders(ledger: Ledger, rule: IdleRule) -> dict[int, int]:
 
 def idle_claims(
     ledger: Ledger, quiet_since: Mapping[int, datetime], started: Sequence[datetime], cutoff: datetime,
-    rule: IdleRule,
+    rule: IdleRule, booked: Sequence[bool] = (), at: datetime | None = None,
 ) -> list[tuple[Claim, tuple[int, ...], datetime]]:
     """The claims that did no work since `cutoff`, each with the GPUs that decided it and
     since when it has been idle: the later of its start (`started`, by position in
@@ -116,11 +116,15 @@ def idle_claims(
     by index, did none). A pinned claim is judged by the GPUs it pins, one taking every
     GPU by all of them, a count by the unpinned GPUs but those busy with another claim's
     work: given to it (see `holders`) or labelled with its name. A claim left with no GPU
-    on the node is not idle (its GPUs are missing, which is flagged apart)."""
+    on the node is not idle (its GPUs are missing, which is flagged apart).
+
+    A booking (`booked`, by position: made before its start) that did no work since its
+    start is idle, a no-show, once rule.no_show_hours have passed since it started, at `at`."""
     held = holders(ledger, rule)
     names = {c.name.lower() for c in ledger.claims}
     pinned_anywhere = {index for c in ledger.claims for index in ledger.pinned(c)}
     devices = ledger.info.devices
+    no_show_cutoff = at - timedelta(hours=rule.no_show_hours) if at is not None and rule.no_show_hours else None
     found = []
     for position, claim in enumerate(ledger.claims):
         if claim.device_ids:
@@ -134,7 +138,9 @@ def idle_claims(
         if not judged:
             continue
         since = max(started[position], *(quiet_since[i] for i in judged))
-        if since <= cutoff:
+        no_show = (no_show_cutoff is not None and position < len(booked) and booked[position]
+                   and since == started[position] and since <= no_show_cutoff)
+        if since <= cutoff or no_show:
             found.append((claim, judged, since))
     return found
 

@@ -32,6 +32,9 @@ class IdleRule:
 
     util_percent: float = 5.0
     hours: float = 24.0
+    # A booking that did no work since its start is idle this many hours after it (a
+    # no-show, accounting.idle_claims); None: bookings wait for `hours` as any claim.
+    no_show_hours: float | None = None
 
     def busy(self, device) -> bool:
         """Whether this one reading of the GPU (anything with `processes` and
@@ -92,7 +95,8 @@ def claim_use_findings(
                 USE_KINDS["claim-idle"],
                 Status.WARN,
                 f"{_count(len(idle_claims), 'claim')} with no process and under {rule.util_percent:g}% utilization"
-                f" on any of its GPUs for {rule.hours:g} h: "
+                f" on any of its GPUs for {rule.hours:g} h"
+                + (f" (a booking: {rule.no_show_hours:g} h from its start)" if rule.no_show_hours else "") + ": "
                 + _listed([f"{claim.name!r} ({_gpus(indexes)})" for claim, indexes, _ in idle_claims]),
                 "Release the claim if its work is done (or shrink it), or find out why its workload is not running.",
             )

@@ -170,7 +170,8 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
         _update_node(node, snapshot, gpus[node.pk], now)
         ledger = node.ledger(gpus=gpus[node.pk], claims=claims[node.pk])
         idle = accounting.idle_claims(ledger, idle_since[node.pk], [c.starts_at for c in claims[node.pk]],
-                                      snapshot.collected_at - timedelta(hours=rule.hours), rule)
+                                      snapshot.collected_at - timedelta(hours=rule.hours), rule,
+                                      booked=[c.made_ahead for c in claims[node.pk]], at=snapshot.collected_at)
         changed = _flag_claims(ledger, claims[node.pk], idle)
         changed_claims += changed
         holders = [usage.Holder(c.pk, c.name, c.owner_name or "") for c in claims[node.pk]]
@@ -303,7 +304,8 @@ def _device_row(node_pk: int, reported: dict, now, first_seen, busy_at) -> tuple
 
 
 def idle_rule() -> gpu.IdleRule:
-    return gpu.IdleRule(util_percent=settings.GPUFLEET_IDLE_UTIL_PERCENT, hours=settings.GPUFLEET_IDLE_HOURS)
+    return gpu.IdleRule(util_percent=settings.GPUFLEET_IDLE_UTIL_PERCENT, hours=settings.GPUFLEET_IDLE_HOURS,
+                        no_show_hours=settings.GPUFLEET_NO_SHOW_HOURS or None)
 
 
 def _lost_devices(nodes: list[Node]) -> dict[int, list[Device]]:

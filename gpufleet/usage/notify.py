@@ -4,10 +4,13 @@ sent; the events the beat records still reach the alert channels."""
 
 from __future__ import annotations
 
+import logging
 import smtplib
 
 from django.conf import settings
 from django.core.mail import send_mail
+
+log = logging.getLogger(__name__)
 
 NO_SERVER = "no mail server is set (GPUFLEET_EMAIL_HOST)"
 NO_ADDRESS = "the owner has no email address"
@@ -32,6 +35,13 @@ def send(to: str, subject: str, body: str) -> str:
         # The server's own words: they name no password (the login is SMTP AUTH's).
         return f"{type(exc).__name__}: {exc}"[:500]
     return ""
+
+
+def tell_owner(claim, subject: str, body: str) -> None:
+    """Email the owner of `claim`; a server that did not take it is logged, no server is not."""
+    error = send(address(claim.owner), subject, body)
+    if error and error != NO_SERVER:
+        log.warning("could not email the owner of claim %s on %s: %s", claim.name, claim.node.name, error)
 
 
 def link(path: str) -> str:

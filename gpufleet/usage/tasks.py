@@ -1,5 +1,5 @@
-"""The central beat's usage jobs: roll finished hours, retention, idle claims handed back
-and the monthly reports."""
+"""The central beat's usage jobs: roll finished hours, retention, idle claims handed back,
+reminders to claim owners and the monthly reports."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 from celery import shared_task
 
-from gpufleet.usage import idle, monthly, rollup
+from gpufleet.usage import idle, monthly, reminders, rollup
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,16 @@ def idle_claims() -> dict[str, list[str]]:
         log.info("idle claims: %d owner(s) told (%s), %d released (%s)", len(done.warned), ", ".join(done.warned),
                  len(done.released), ", ".join(done.released))
     return {"warned": done.warned, "released": done.released}
+
+
+@shared_task(name="gpufleet.usage.tasks.remind_owners", ignore_result=True)
+def remind_owners() -> dict[str, list[str]]:
+    """Remind the owners of the claims that start, or end, within the hour."""
+    done = reminders.run()
+    if done.starting or done.ending:
+        log.info("reminded the owners of %d claim(s) starting (%s) and %d ending (%s)", len(done.starting),
+                 ", ".join(done.starting), len(done.ending), ", ".join(done.ending))
+    return {"starting": done.starting, "ending": done.ending}
 
 
 @shared_task(name="gpufleet.usage.tasks.monthly_reports", ignore_result=True)

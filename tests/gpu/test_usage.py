@@ -209,3 +209,32 @@ def test_work_is_a_process_or_utilization_at_the_threshold_never_an_attached_con
     assert rule.busy(Device(0, UUIDS[0], "NVIDIA H100", 81559, 0, 5))
     assert rule.busy(node({0: [on(0)]}).devices[0])
     assert not rule.busy(Device(0, UUIDS[0], "NVIDIA H100", 81559, 0, None))  # unknown is no evidence of work
+
+
+def test_a_booking_with_no_work_since_its_start_is_idle_after_the_no_show_hours():
+    """The no-show rule: a booking (made before its start) none of whose GPUs did work
+    since it started is idle `no_show_hours` after its start, long before the idle rule's."""
+    info, booking = node({}), Claim("lab", count=2)
+    start = T0 + timedelta(hours=1)
+    quiet_since = dict.fromkeys(range(4), T0)
+    rule = IdleRule(hours=HOURS, no_show_hours=2)
+
+    def found(booked: bool, quiet=quiet_since, at=start + timedelta(hours=2)):
+        idle = idle_claims_of(Ledger(info, [booking]), quiet, [start], at - timedelta(hours=HOURS), rule,
+                              booked=[booked], at=at)
+        return [(claim.name, since) for claim, _, since in idle]
+
+    assert found(True) == [("lab", start)]
+    assert found(True, at=start + timedelta(hours=2, seconds=-1)) == []
+    assert found(False) == []  # a claim made at its start waits for the idle rule's hours
+    worked = {**quiet_since, 0: start + timedelta(minutes=30)}  # GPU 0 worked after the start
+    assert found(True, quiet=worked) == []
+
+
+def test_the_idle_finding_names_the_no_show_rule_when_there_is_one():
+    info = node({})
+    ledger = Ledger(info, (Claim("lab", count=1),))
+    idle = idle_claims_of(ledger, dict.fromkeys(range(4), T0), [T0], T0, IdleRule(5, 24, no_show_hours=2))
+    found = {f.code: f for f in claim_use_findings(ledger, idle, IdleRule(5, 24, no_show_hours=2))}
+    assert found["claim-idle"].message == ("1 claim with no process and under 5% utilization on any of its GPUs for"
+                                           " 24 h (a booking: 2 h from its start): 'lab' (GPUs 0, 1, 2, 3)")
