@@ -32,6 +32,7 @@ SHIPPED["claims"].append("0005_claim_series")
 SHIPPED["alerts"].append("0003_channel_format")
 SHIPPED["teams"] = ["0001_initial"]
 SHIPPED["claims"].append("0006_claim_team")
+SHIPPED["usage"].append("0004_usage_team")
 
 
 def _migrations() -> dict[str, list[Path]]:
