@@ -33,6 +33,7 @@ SHIPPED["alerts"].append("0003_channel_format")
 SHIPPED["teams"] = ["0001_initial"]
 SHIPPED["claims"].append("0006_claim_team")
 SHIPPED["claims"].append("0007_claim_reminders")
+SHIPPED["usage"].append("0004_usage_team")
 
 
 def _migrations() -> dict[str, list[Path]]:

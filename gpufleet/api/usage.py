@@ -28,6 +28,7 @@ PARAMETERS = [
                      "neither: this month so far", enum=list(period.PRESETS)),
     _query("by", "what each row is the usage of", enum=list(report.GROUPS), default=query.DEFAULT_GROUP),
     _query("owner", "only the GPU time of claims this user owned"),
+    _query("team", "only the GPU time of claims of this team (its name when counted)"),
     {**_query("claim_id", "only the GPU time this claim held"), "schema": {"type": "integer", "minimum": 0}},
     {**_query("node_id", "only the GPU time of this node"), "schema": {"type": "integer", "minimum": 0}},
     _query("image", "only the GPU time of containers of this image"),
@@ -55,8 +56,9 @@ UsageRowOut = create_model(
     __base__=Out,
     __doc__="One group's figures (docs/usage.md); the total's key is empty.",
     key=(dict[str, str | int | None], Field(
-        description="the group's columns: owner; claim_id, claim, node and owner; image; label; node_id and node; "
-                    "or model (a claim_id of null: no claim held the GPUs)")),
+        description="the group's columns: owner; team; claim_id, claim, node and owner; image; label; node_id "
+                    "and node; or model (a claim_id of null: no claim held the GPUs; an empty owner or team: "
+                    "none)")),
     **{name: (float, Field(description=f"GPU-hours {words}")) for name, words in HOURS.items()},
     **{name: (float | None, Field(description=words)) for name, words in MAYBE.items()},
 )
@@ -81,7 +83,7 @@ UsageOut = create_model(
 def usage(request: HttpRequest) -> dict:
     """GPU-hours reserved, used, idle-reserved and used-unreserved, unknown hours, energy
     and cost over the days `from` to `to` (or this `period` so far), a row per `by`
-    group, narrowed by owner, claim_id, node_id, image and model."""
+    group, narrowed by owner, team, claim_id, node_id, image and model."""
     try:
         asked = query.read(request.GET, timezone.now())
     except query.QueryError as exc:

@@ -147,7 +147,7 @@ api = Api(
 api.add_router("/", alerts.router)
 # A node's maintenance (gpufleet/api/maintenance.py).
 api.add_router("/", maintenance.router)
-# GPU usage by owner, claim, image, label, node or model (gpufleet/api/usage.py).
+# GPU usage by owner, team, claim, image, label, node or model (gpufleet/api/usage.py).
 api.add_router("/", usage.router)
 
 

@@ -174,7 +174,7 @@ def _store_batch(snapshots: list[Snapshot], now) -> dict[str, IngestResult]:
                                       booked=[c.made_ahead for c in claims[node.pk]], at=snapshot.collected_at)
         changed = _flag_claims(ledger, claims[node.pk], idle)
         changed_claims += changed
-        holders = [usage.Holder(c.pk, c.name, c.owner_name or "") for c in claims[node.pk]]
+        holders = [usage.Holder(c.pk, c.name, c.owner_name or "", c.team_name or "") for c in claims[node.pk]]
         used += usage.rows(node.pk, node.name, snapshot.collected_at, holders,
                            accounting.account(ledger, covered, rule))
         findings = _central_findings(snapshot, gpus[node.pk], lost[node.pk], ledger, idle, rule, acks.get(node.pk, {}),
@@ -319,7 +319,8 @@ def _claims(nodes: list[Node], now) -> dict[int, list[Claim]]:
     """The nodes' claims in force now: a booking ahead holds nothing yet, an ended claim nothing more."""
     claims: dict[int, list[Claim]] = {node.pk: [] for node in nodes}
     in_order = Claim.objects.filter(node_id__any=list(claims)).in_force(now).order_by("created_at", "pk")
-    for claim in in_order.annotate(owner_name=F("owner__username")):
+    # The owner's and team's names as they are now, which the usage rows keep.
+    for claim in in_order.annotate(owner_name=F("owner__username"), team_name=F("team__name")):
         claims[claim.node_id].append(claim)
     return claims
 

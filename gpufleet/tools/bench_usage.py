@@ -8,7 +8,7 @@ generate_series). gpufleet/tools/bench.py calls `measure_usage`, `usage_targets`
 It writes into a month long gone (it ends DAYS_BACK days before today), so nothing the
 bench ingested is in the way: MONTH_HOURS hourly rows of the first MONTH_NODES nodes with GPUs, two or
 three a node and hour (claims a week long on four nodes in five, by a few hundred
-owners, with a few dozen images and three GPU models; the unclaimed GPUs' rows beside
+owners in a few dozen teams, with a few dozen images and three GPU models; the unclaimed GPUs' rows beside
 them), in set-based INSERTs (setup). Then, in turns, the page (or, while the page is
 not there, gpufleet.usage.report.report, which it reads) and the floor, best of
 `repeat` each. Then the hour after the month as twelve five-minute buckets of the same
@@ -44,10 +44,11 @@ MONTH_HOURS = 720
 MONTH_NODES = 10_000
 GROUPINGS = ("owner", "image", "claim")
 PAGE = "/usage/"
-# The keys of the rows made: a claim lasts CLAIM_HOURS on a node; OWNERS owners and
-# IMAGES images across the fleet; the GPU model by node.
+# The keys of the rows made: a claim lasts CLAIM_HOURS on a node; OWNERS owners in TEAMS
+# teams and IMAGES images across the fleet; the GPU model by node.
 CLAIM_HOURS = 168
 OWNERS = 300
+TEAMS = 30
 IMAGES = 40
 MODELS = ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB")
 WORKLOADS = ("train", "eval", "infer", "finetune", "notebook", "batch")
@@ -144,8 +145,8 @@ WITH n AS MATERIALIZED (
            (extract(epoch FROM %(last)s::timestamptz)::bigint / 3600 + id * 37) / {claim_hours} AS last_e
     FROM {nodes} WHERE gpu_count > 0 ORDER BY id LIMIT {node_limit}
 ), k AS MATERIALIZED (
-    SELECT n.id AS node_id, c.e, v.claim_id, v.claim, v.owner, v.image, v.label, v.gpus, v.busy,
-           md5(concat_ws('|', v.claim_id, v.claim, v.owner, n.model, v.image, v.label)) AS key
+    SELECT n.id AS node_id, c.e, v.claim_id, v.claim, v.owner, v.team, v.image, v.label, v.gpus, v.busy,
+           md5(concat_ws('|', v.claim_id, v.claim, v.owner, v.team, n.model, v.image, v.label)) AS key
     FROM n
     CROSS JOIN LATERAL (
         SELECT e, (n.id * 7 + e) %% 5 < 4 AS claimed,
@@ -153,21 +154,22 @@ WITH n AS MATERIALIZED (
                n.id * 100000 + e AS claim_id,
                (%(workloads)s::text[])[1 + (n.id + e) %% {workload_count}] || '-' || n.id || '-' || e AS claim,
                'bench-owner-' || lpad(((n.id * 131 + e * 17) %% {owners})::text, 4, '0') AS owner,
+               'bench-team-' || lpad(((n.id * 131 + e * 17) %% {owners} %% {teams})::text, 2, '0') AS team,
                'registry.example.com/team-' || (n.id + e) %% {images} || '/train:2026.' || (n.id + e) %% {images} %% 12
                    AS image
         FROM generate_series(n.first_e, n.last_e) AS e
     ) AS c
     CROSS JOIN LATERAL (VALUES
-        (c.claimed, c.claim_id, c.claim, c.owner, c.image, c.claim, c.held * 0.75, 0.9),
-        (c.claimed, c.claim_id, c.claim, c.owner, '', '', c.held * 0.25, 0.0),
-        (c.claimed AND c.held < n.gpus, NULL, '', '', '', '', (n.gpus - c.held) * 1.0, 0.05),
-        (NOT c.claimed, NULL, '', '', 'registry.example.com/shared/notebook:3', '', n.gpus * 0.5, 0.8),
-        (NOT c.claimed, NULL, '', '', '', '', n.gpus * 0.5, 0.0)
-    ) AS v(present, claim_id, claim, owner, image, label, gpus, busy)
+        (c.claimed, c.claim_id, c.claim, c.owner, c.team, c.image, c.claim, c.held * 0.75, 0.9),
+        (c.claimed, c.claim_id, c.claim, c.owner, c.team, '', '', c.held * 0.25, 0.0),
+        (c.claimed AND c.held < n.gpus, NULL, '', '', '', '', '', (n.gpus - c.held) * 1.0, 0.05),
+        (NOT c.claimed, NULL, '', '', '', 'registry.example.com/shared/notebook:3', '', n.gpus * 0.5, 0.8),
+        (NOT c.claimed, NULL, '', '', '', '', '', n.gpus * 0.5, 0.0)
+    ) AS v(present, claim_id, claim, owner, team, image, label, gpus, busy)
     WHERE v.present
 )
 INSERT INTO {table} (bucket, node_id, node, {keys}, key, {measures})
-SELECT b.bucket, n.id, n.name, k.claim_id, k.claim, k.owner, n.model, k.image, k.label, k.key,
+SELECT b.bucket, n.id, n.name, k.claim_id, k.claim, k.owner, k.team, n.model, k.image, k.label, k.key,
        k.gpus * %(width)s, k.gpus * %(width)s * k.busy, k.gpus * %(width)s,
        k.gpus * %(width)s * (90 + 510 * k.busy) / 3600.0, 0
 FROM n
@@ -180,7 +182,8 @@ def _insert(model, first: datetime, last: datetime, step: timedelta, width_s: fl
             node_limit: int | None = None) -> int:
     sql = _INSERT.format(table=_table(model), keys=", ".join(record.KEY_COLUMNS), node_limit=node_limit or "ALL",
                          measures=", ".join(record.MEASURE_COLUMNS), nodes=_table(Node), model_count=len(MODELS),
-                         claim_hours=CLAIM_HOURS, workload_count=len(WORKLOADS), owners=OWNERS, images=IMAGES)
+                         claim_hours=CLAIM_HOURS, workload_count=len(WORKLOADS), owners=OWNERS, teams=TEAMS,
+                         images=IMAGES)
     with connection.cursor() as cursor:
         cursor.execute(sql, {"width": width_s, "models": list(MODELS), "workloads": list(WORKLOADS),
                              "first": first, "last": last, "step": step})

@@ -12,5 +12,5 @@ from gpufleet.usage.models import UsageHour
 
 @admin.register(UsageHour)
 class UsageHourAdmin(ReadOnlyAdmin):
-    list_display = ["bucket", "node", "claim", "owner", "model", "image", "label", "seen_s", "used_s", "energy_wh",
+    list_display = ["bucket", "node", "claim", "owner", "team", "model", "image", "label", "seen_s", "used_s", "energy_wh",
                     "unknown_s"]

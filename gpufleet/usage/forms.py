@@ -12,8 +12,8 @@ from gpufleet.usage import period as periods
 from gpufleet.usage import query
 from gpufleet.usage.report import GROUPS, Row
 
-BY = {"owner": "Owner", "claim": "Claim", "image": "Image", "label": "Claim label", "node": "Node",
-      "model": "GPU model"}
+BY = {"owner": "Owner", "team": "Team", "claim": "Claim", "image": "Image", "label": "Claim label",
+      "node": "Node", "model": "GPU model"}
 assert set(BY) == set(GROUPS)
 PRESETS = {"day": "Today", "week": "This week", "month": "This month"}
 assert set(PRESETS) == set(periods.PRESETS)
@@ -40,14 +40,16 @@ BIGINT = 2**63 - 1
 class UsageForm(forms.Form):
     """`by`, `period` (day, week or month so far) or `from` and `to` (YYYY-MM-DD,
     both days included, which win over the preset), `sort` (a key of SORTS, "-key"
-    largest first) and the report's filters (`owner`, `claim_id`, `node_id`, `image`,
-    `model`). The fields draw the form; the values are read by gpufleet/usage/query.py,
+    largest first) and the report's filters (`owner`, `team`, `claim_id`, `node_id`,
+    `image`, `model`). The fields draw the form; the values are read by gpufleet/usage/query.py,
     in the API's words."""
 
     by = forms.ChoiceField(choices=list(BY.items()), required=False, label="Group by")
     period = forms.ChoiceField(choices=list(PRESETS.items()), required=False, widget=forms.HiddenInput)
     owner = forms.CharField(max_length=150, required=False, label="Owner",
                             widget=forms.TextInput(attrs={"placeholder": "user name"}))
+    team = forms.CharField(max_length=100, required=False, label="Team",
+                           widget=forms.TextInput(attrs={"placeholder": "team name"}))
     image = forms.CharField(max_length=200, required=False, label="Image",
                             widget=forms.TextInput(attrs={"placeholder": "container image"}))
     model = forms.CharField(max_length=500, required=False, label="GPU model",
@@ -67,7 +69,7 @@ class UsageForm(forms.Form):
                                               widget=forms.DateInput(attrs={"type": "date"}))
         self.fields["to"] = forms.CharField(max_length=20, required=False, label="To",
                                             widget=forms.DateInput(attrs={"type": "date"}))
-        self.order_fields(["by", "owner", "image", "model", "from", "to"])
+        self.order_fields(["by", "owner", "team", "image", "model", "from", "to"])
 
     def clean(self):
         cleaned = super().clean()

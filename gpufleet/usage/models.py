@@ -1,5 +1,5 @@
 """GPU time added up: who held and who used the fleet's GPUs, by node, claim, owner,
-GPU model, container image and claim label, in GPU-seconds and watt-hours.
+team, GPU model, container image and claim label, in GPU-seconds and watt-hours.
 
 Ingest adds each snapshot's lines (gpufleet/gpu/accounting.py) into the five-minute
 row of their key; the central beat rolls finished hours into hourly rows, which
@@ -22,6 +22,7 @@ class UsageRow(models.Model):
     claim_id = models.BigIntegerField(null=True, blank=True, help_text="The claim holding the GPUs; none: unreserved.")
     claim = models.CharField(max_length=100, blank=True)
     owner = models.CharField(max_length=150, blank=True, help_text="The claim's owner's user name when counted.")
+    team = models.CharField(max_length=100, blank=True, help_text="The claim's team's name when counted.")
     model = models.CharField(max_length=500, blank=True, help_text="GPU model.")
     image = models.CharField(max_length=200, blank=True, help_text="Container image (empty: none or outside any).")
     label = models.CharField(max_length=200, blank=True, help_text="The container's gpufleet.claim label.")
@@ -65,6 +66,7 @@ class UsageHour(UsageRow):
             models.Index(fields=["bucket"], name="usage_1h_bucket_idx"),
             models.Index(fields=["claim_id", "bucket"], name="usage_1h_claim_idx"),
             models.Index(fields=["owner", "bucket"], name="usage_1h_owner_idx"),
+            models.Index(fields=["team", "bucket"], name="usage_1h_team_idx"),
         ]
 
 

@@ -2,8 +2,8 @@
 into hourly rows (so its unknown hours are counted), the central beat makes:
 
 - for each owner, their month by claim, sent to them by email;
-- for the admins, the fleet's month: totals, unknown hours and every owner's figures, as a
-  usage-report event of the site, which alert rules that select that kind send to their
+- for the admins, the fleet's month: totals, unknown hours and every owner's and team's figures,
+  as a usage-report event of the site, which alert rules that select that kind send to their
   channels (gpufleet/alerts: the usage lives below the alerts and does not send to them).
 
 Each report is a MonthlyReport row, unique per month and recipient, with the text it
@@ -61,8 +61,9 @@ def _rolled(period: Period, now: datetime) -> bool:
 
 def make(period: Period, now: datetime) -> bool:
     """Make the month's reports: the fleet's (and its event) and each owner's, unsent.
-    False when another run made them first. Two report queries whatever the owners."""
+    False when another run made them first. Three report queries whatever the owners."""
     by_owner = report(period.start, period.end, "owner")
+    by_team = report(period.start, period.end, "team")
     claims: defaultdict[str, list[Row]] = defaultdict(list)
     for row in report(period.start, period.end, "claim").rows:
         if row.key["owner"]:
@@ -71,7 +72,7 @@ def make(period: Period, now: datetime) -> bool:
     users = {user.get_username(): user for user in
              get_user_model().objects.filter(username__in=[row.key["owner"] for row in owners])}
     month = period.start.date()
-    title, text = fleet_text(period, by_owner)
+    title, text = fleet_text(period, by_owner, by_team)
     mails = []
     for row in owners:
         owner = row.key["owner"]
@@ -163,8 +164,9 @@ def owner_text(period: Period, owner: str, total: Row, rows: list[Row]) -> tuple
     return f"gpufleet: your GPU usage in {period.start:%B %Y}", "\n".join(lines) + "\n"
 
 
-def fleet_text(period: Period, by_owner: Report) -> tuple[str, str]:
-    """The fleet's month for the admins: totals, unknown hours, every owner's figures."""
+def fleet_text(period: Period, by_owner: Report, by_team: Report) -> tuple[str, str]:
+    """The fleet's month for the admins: totals, unknown hours, every owner's figures, and
+    every team's where any claim of a team held GPUs."""
     total = by_owner.total
     unreserved = notify.hours(total.used_unreserved)
     lines = [f"GPU usage of the fleet in {_span(period)}.", "",
@@ -181,5 +183,9 @@ def fleet_text(period: Period, by_owner: Report) -> tuple[str, str]:
     named = [f"- {row.key['owner'] or 'no owner (GPUs no claim held, claims of nobody)'}: {_line(row)}"
              for row in by_owner.rows]
     lines += _listed(named)
+    if any(row.key["team"] for row in by_team.rows):
+        lines += ["", "By team (GPU-hours reserved / used / idle):"]
+        lines += _listed([f"- {row.key['team'] or 'no team (GPUs no claim held, claims in no team)'}: {_line(row)}"
+                          for row in by_team.rows])
     lines += ["", f"The month on the site: {_usage_link(period, by='owner')}"]
     return f"Fleet GPU usage, {period.start:%B %Y}", "\n".join(lines)

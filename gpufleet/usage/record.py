@@ -30,18 +30,20 @@ HOUR = UsageHour.resolution
 # The key of a node's hourly row of GPU time no snapshot covered.
 UNKNOWN_KEY = "unknown"
 
-KEY_COLUMNS = ["claim_id", "claim", "owner", "model", "image", "label"]
+KEY_COLUMNS = ["claim_id", "claim", "owner", "team", "model", "image", "label"]
 MEASURE_COLUMNS = ["seen_s", "used_s", "power_s", "energy_wh", "unknown_s"]
 COLUMNS = ["bucket", "node_id", "node", *KEY_COLUMNS, "key", *MEASURE_COLUMNS]
+_KEY = COLUMNS.index("key")
 
 
 @dataclass(frozen=True)
 class Holder:
-    """A claim as usage keeps it: its id, name and owner's user name."""
+    """A claim as usage keeps it: its id, name, owner's user name and team's name."""
 
     id: int
     name: str
     owner: str
+    team: str
 
 
 def covered(previous: datetime | None, at: datetime) -> float:
@@ -65,7 +67,7 @@ def rows(node_id: int, node: str, at: datetime, holders: Sequence[Holder],
     for key, seconds in lines.items():
         holder = holders[key.claim] if key.claim is not None else None
         values = (holder.id if holder else None, holder.name if holder else "", holder.owner if holder else "",
-                  key.model[:500], key.image[:200], key.label[:200])
+                  holder.team if holder else "", key.model[:500], key.image[:200], key.label[:200])
         found.append((bucket, node_id, node[:200], *values, key_digest(values),
                       seconds.seen, seconds.used, seconds.power_known, seconds.energy_wh, 0.0))
     return found
@@ -84,7 +86,7 @@ def add(found: list[tuple]) -> None:
     rolled already go into its hourly rows too."""
     if not found:
         return
-    found = sorted(found, key=lambda row: (row[1], row[9]))  # one lock order for every writer
+    found = sorted(found, key=lambda row: (row[1], row[_KEY]))  # one lock order for every writer
     _upsert(UsageFiveMinutes, found)
     # Only a row of an hour that has ended can be late: most batches ask nothing more.
     now = timezone.now()
@@ -106,8 +108,8 @@ def _upsert(model: type[UsageRow], found: list[tuple]) -> None:
     conflict = f" ON CONFLICT (node_id, bucket, key) DO UPDATE SET {added}, {renamed}"
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            types = ["timestamptz", "bigint", "text", "bigint", "text", "text", "text", "text", "text", "text",
-                     "float8", "float8", "float8", "float8", "float8"]
+            types = ["timestamptz", "bigint", "text", "bigint", *["text"] * (len(KEY_COLUMNS) - 1), "text",
+                     *["float8"] * len(MEASURE_COLUMNS)]
             arrays = ", ".join(f"%s::{t}[]" for t in types)
             cursor.execute(f"INSERT INTO {table} ({columns}) SELECT * FROM unnest({arrays}){conflict}",
                            [list(column) for column in zip(*found, strict=True)])

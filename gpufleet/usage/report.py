@@ -24,6 +24,7 @@ from gpufleet.usage.models import UsageFiveMinutes, UsageHour
 # What a report may be grouped by: the columns that make each group's key.
 GROUPS = {
     "owner": ("owner",),
+    "team": ("team",),
     "claim": ("claim_id", "claim", "node", "owner"),
     "image": ("image",),
     "label": ("label",),
@@ -31,7 +32,8 @@ GROUPS = {
     "model": ("model",),
 }
 # What a report may be narrowed to, by the column each filter compares.
-FILTERS = {"owner": "owner", "claim_id": "claim_id", "node_id": "node_id", "image": "image", "model": "model"}
+FILTERS = {"owner": "owner", "team": "team", "claim_id": "claim_id", "node_id": "node_id", "image": "image",
+           "model": "model"}
 _HOUR_S = 3600.0
 
 

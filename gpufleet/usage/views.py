@@ -220,6 +220,12 @@ def _group(by: str, row: Row, keep: QueryDict, claims: dict[int, str], nodes: di
                          links=[("by claim", _page_link(keep, by="claim", owner=key["owner"]))])
         else:
             group["none"] = "no owner (unreserved, or a claim without one)"
+    elif by == "team":
+        if key["team"]:
+            group.update(name=key["team"], url=_page_link(keep, by="owner", team=key["team"]),
+                         links=[("by claim", _page_link(keep, by="claim", team=key["team"]))])
+        else:
+            group["none"] = "no team (unreserved, or a claim without one)"
     elif by == "claim":
         if key["claim_id"] is None:
             group["none"] = "unreserved"

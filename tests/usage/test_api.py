@@ -70,6 +70,7 @@ def test_without_prices_there_is_no_cost(viewer_client):
                {"claim_id": None, "claim": "", "node": "beta", "owner": ""},
                {"claim_id": None, "claim": "", "node": "alpha", "owner": ""},
                {"claim_id": 8, "claim": "notebooks", "node": "beta", "owner": "vera"}]),
+    ("team", [{"team": "vision"}, {"team": ""}]),
     ("node", [{"node_id": 1, "node": "alpha"}, {"node_id": 2, "node": "beta"}]),
     ("model", [{"model": "NVIDIA H200"}, {"model": "NVIDIA A100"}]),
     ("image", [{"image": "pytorch/pytorch:2.5.1"}, {"image": ""}]),
@@ -84,6 +85,7 @@ def test_it_groups_by_each_key_the_report_knows(viewer_client, by, keys):
 
 @pytest.mark.parametrize("params, owners", [
     ({"owner": "otto"}, [{"owner": "otto"}]),
+    ({"team": "vision"}, [{"owner": "otto"}]),
     ({"claim_id": "8"}, [{"owner": "vera"}]),
     ({"node_id": "2"}, [{"owner": "vera"}, {"owner": ""}]),
     ({"model": "NVIDIA H200"}, [{"owner": "otto"}, {"owner": ""}]),
@@ -110,7 +112,7 @@ def test_without_days_it_answers_this_month_so_far_and_a_period_names_another(vi
 
 
 @pytest.mark.parametrize("params, field, words", [
-    ({"by": "colour"}, "by", "by is one of owner, claim, image, label, node, model, not 'colour'"),
+    ({"by": "colour"}, "by", "by is one of owner, team, claim, image, label, node, model, not 'colour'"),
     ({"from": "2025-02-30"}, "from", "from is a day written YYYY-MM-DD, not '2025-02-30'"),
     ({"from": "2025-03-01", "to": "March"}, "to", "to is a day written YYYY-MM-DD, not 'March'"),
     ({"from": "2025-03-04", "to": "2025-03-01"}, "to", "the period ends before it starts: to is before from"),

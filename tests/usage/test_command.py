@@ -79,7 +79,7 @@ def test_json_is_the_api_s_answer(viewer_client, prices):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--by", "colour"], "by is one of owner, claim, image, label, node, model, not 'colour'"),
+    (["--by", "colour"], "by is one of owner, team, claim, image, label, node, model, not 'colour'"),
     (["--from", "4 March"], "from is a day written YYYY-MM-DD, not '4 March'"),
     (["--from", "2025-03-04", "--to", "2025-03-01"], "the period ends before it starts: to is before from"),
     (["--period", "month", "--from", "2025-03-01"], "give a period, or from and to days, not both"),

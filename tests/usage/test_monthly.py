@@ -14,8 +14,10 @@ from gpufleet import gpu
 from gpufleet.alerts import services as alerts
 from gpufleet.alerts.models import Channel, Rule
 from gpufleet.claims import services as claims
+from gpufleet.claims.models import Claim
 from gpufleet.events.models import Event, Kind
 from gpufleet.fleet.models import Node
+from gpufleet.teams.models import Team
 from gpufleet.usage import monthly, rollup, tasks
 from gpufleet.usage.models import MonthlyReport
 from tests.usage.owner_mail import SITE, STEP, mail_fixture, port_of, quiet  # noqa: F401 (the mail fixture)
@@ -32,15 +34,17 @@ def at(moment: datetime):
 
 @pytest.fixture
 def march(settings, operator, viewer):
-    """The last hours of March: otto's claim on alpha busy 3 GPU-hours, vera's on beta idle
-    2 GPU-hours, after which beta stopped reporting for its last hour (1 unknown GPU-hour)."""
+    """The last hours of March: otto's claim on alpha (team vision) busy 3 GPU-hours, vera's on
+    beta (in no team) idle 2 GPU-hours, after which beta stopped reporting for its last hour
+    (1 unknown GPU-hour)."""
     settings.GPUFLEET_COLLECT_INTERVAL = int(STEP.total_seconds())
     operator.email = "otto@example.com"
     operator.save()
     with at(START):
         quiet("alpha", 2, START, busy=True)
         quiet("beta", 1, START)
-        claims.save_claim(Node.objects.get(name="alpha"), gpu.Claim("train", count=1), operator)
+        train = claims.save_claim(Node.objects.get(name="alpha"), gpu.Claim("train", count=1), operator)
+        Claim.objects.filter(pk=train.pk).update(team=Team.objects.create(name="vision"))
         claims.save_claim(Node.objects.get(name="beta"), gpu.Claim("notebooks", count=1), viewer)
     moment = START + STEP
     while moment < APRIL:
@@ -90,6 +94,8 @@ def test_the_month_is_reported_to_each_owner_and_to_the_admins_once(march, mail,
     # alpha's busy GPU in the five minutes before its claim: used, held by no claim.
     assert "Used 3.1 GPU-hours, of which 0.1 on GPUs no claim held." in summary
     assert "- no owner (GPUs no claim held, claims of nobody): 0.0 / 0.1 / 0.0" in summary
+    assert "By team (GPU-hours reserved / used / idle):\n- vision: 3.0 / 3.0 / 0.0, efficiency 100%\n" \
+           "- no team (GPUs no claim held, claims in no team): 2.0 / 0.1 / 2.0, efficiency 0%\n" in summary
     event = Event.objects.get(kind=Kind.USAGE_REPORT)
     assert (event.node, event.code, event.severity, event.message) == (None, "2026-03", "info", summary)
 

@@ -237,9 +237,9 @@ def test_the_chart_draws_reserved_and_used_of_the_largest_groups(viewer_client, 
 
 
 def test_stored_names_are_escaped_everywhere(viewer_client, hours):
-    hour(claim_id=99, claim=HOSTILE, owner=HOSTILE, image='"><img src=x onerror=alert(2)>', label=HOSTILE,
-         model=HOSTILE, node=HOSTILE, node_id=900_005, seen_s=H)
-    for by in ("owner", "claim", "image", "label", "node", "model"):
+    hour(claim_id=99, claim=HOSTILE, owner=HOSTILE, team=HOSTILE, image='"><img src=x onerror=alert(2)>',
+         label=HOSTILE, model=HOSTILE, node=HOSTILE, node_id=900_005, seen_s=H)
+    for by in report.GROUPS:
         html = page(viewer_client, by=by)
         assert HOSTILE not in html and "<img src=x" not in html, by
         assert "&lt;script&gt;" in html or "&lt;img src=x" in html or "&quot;&gt;&lt;img" in html, by
@@ -252,10 +252,10 @@ def test_the_page_reads_a_fixed_number_of_queries_whatever_the_groups(viewer_cli
         UsageHour.objects.all().delete()
         Node.objects.all().delete()
         for i in range(groups):
-            hour(node_id=ALPHA + i, node=f"n{i}", claim_id=TRAIN + i, claim=f"c{i}", owner=f"u{i % 7}", seen_s=H,
-                 used_s=H / 2)
+            hour(node_id=ALPHA + i, node=f"n{i}", claim_id=TRAIN + i, claim=f"c{i}", owner=f"u{i % 7}",
+                 team=f"t{i % 5}", seen_s=H, used_s=H / 2)
         with CaptureQueriesContext(connection) as queries:
-            for by in ("owner", "claim", "node", "image"):
+            for by in ("owner", "team", "claim", "node", "image"):
                 page(viewer_client, by=by)
         return len(queries)
 

@@ -92,17 +92,19 @@ def test_an_hour_whose_five_minute_rows_are_pruned_counts_its_share_of_the_hourl
 
 def _rows(nodes: int) -> None:
     """Hourly rows for two rolled hours and five-minute rows after them, for `nodes`
-    nodes of several claims and images each."""
+    nodes of several claims, teams and images each."""
     found = []
     for node in range(nodes):
         for n in range(3):
             values = (node * 10 + n, f"claim-{n}", f"user-{n}", "NVIDIA H100", f"image:{n}", "")
             found.append((node, f"node-{node}", values))
-    hours = [UsageHour(bucket=at(hour), node_id=node, node=name, claim_id=v[0], claim=v[1], owner=v[2], model=v[3],
-                       image=v[4], label=v[5], key=record.key_digest(v), seen_s=3600, used_s=1800, power_s=3600,
-                       energy_wh=300) for hour in (9, 10) for node, name, v in found]
+    hours = [UsageHour(bucket=at(hour), node_id=node, node=name, claim_id=v[0], claim=v[1], owner=v[2],
+                       team=f"team-{node % 4}", model=v[3], image=v[4], label=v[5], key=record.key_digest(v),
+                       seen_s=3600, used_s=1800, power_s=3600, energy_wh=300)
+             for hour in (9, 10) for node, name, v in found]
     fives = [UsageFiveMinutes(bucket=at(11, minute), node_id=node, node=name, claim_id=v[0], claim=v[1], owner=v[2],
-                              model=v[3], image=v[4], label=v[5], key=record.key_digest(v), seen_s=300, used_s=300)
+                              team=f"team-{node % 4}", model=v[3], image=v[4], label=v[5], key=record.key_digest(v),
+                              seen_s=300, used_s=300)
              for minute in (0, 5, 10) for node, name, v in found]
     UsageHour.objects.bulk_create(hours)
     UsageFiveMinutes.objects.bulk_create(fives)

@@ -2,7 +2,7 @@
 simulated days, through the real ingest and the real beat, the clock moved with
 time-machine. Claims are made and deleted, containers start and stop, GPUs are idle
 and busy, with power known and unknown, one node is offline for an hour, and two
-users are deleted. Every grouping of the report must give the GPU-hours, kWh and cost
+users are deleted; claims belong to teams, and one is moved to another team. Every grouping of the report must give the GPU-hours, kWh and cost
 the script implies, worked out here from the script's own times (EXPECTED), not by
 the code under test.
 
@@ -27,6 +27,7 @@ from gpufleet.claims import services as claims
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
 from gpufleet.ingest.services import ingest_snapshots
+from gpufleet.teams.models import Team
 from gpufleet.usage import report, rollup, tasks
 from gpufleet.usage.models import UsageFiveMinutes, UsageHour
 from tests.factories import snapshot
@@ -89,13 +90,16 @@ WORK = [
 ]
 NO_POWER_READING = [("gpu-a", 3, at(0, 20, 2), at(1, 2, 2))]
 OFFLINE = {"gpu-c": (at(1, 10, 32), at(1, 11, 32))}
-# (when, what, node, claim, user)
+# The team each claim is made for; scratch is in none.
+TEAM_OF = {"train": "vision", "eval": "vision", "batch": "nlp"}
+# (when, what, node, claim, user or team)
 EVENTS = [
     (at(0, 0, 2), "claim", "gpu-b", gpu.Claim("scratch", device_ids=("0",)), "dave"),
     (at(0, 2, 12), "claim", "gpu-a", gpu.Claim("train", device_ids=("0", "1")), "alice"),
     (at(0, 8, 43), "claim", "gpu-a", gpu.Claim("eval", count=1), "bob"),
     (at(0, 12, 3), "claim", "gpu-c", gpu.Claim("batch"), "carol"),  # every GPU
     (at(1, 15, 33), "delete user", None, None, "dave"),  # while his claim still holds its GPU
+    (at(1, 18, 22), "move claim", "gpu-a", "train", "nlp"),  # its hours before stay vision's
     (at(1, 20, 7), "delete claim", "gpu-a", "eval", None),
     (at(2, 2, 13), "delete user", None, None, "bob"),  # after his claim is gone
     (at(2, 12, 3), "delete claim", "gpu-c", "batch", None),
@@ -118,6 +122,7 @@ class Span:
     end: datetime
     claim: str | None = None
     owner: str = ""
+    team: str = ""
     image: str = ""
     label: str = ""
     busy: bool = False
@@ -154,9 +159,9 @@ def spans(node, gpus, *cuts) -> list[Span]:
 
 
 UNRESERVED: dict = {}
-TRAIN_IDLE = {"claim": "train", "owner": "alice"}
-EVAL_IDLE = {"claim": "eval", "owner": "bob"}
-BATCH_IDLE = {"claim": "batch", "owner": "carol"}
+TRAIN_IDLE = {"claim": "train", "owner": "alice", "team": "vision"}
+EVAL_IDLE = {"claim": "eval", "owner": "bob", "team": "vision"}
+BATCH_IDLE = {"claim": "batch", "owner": "carol", "team": "nlp"}
 BATCH_BUSY = {**BATCH_IDLE, "image": TF.image, "label": "batch", "busy": True}
 EVAL_BUSY = {**EVAL_IDLE, "image": EVAL.image, "label": "eval", "busy": True}
 SCRATCH = {"claim": "scratch", "owner": "dave"}
@@ -168,7 +173,8 @@ EXPECTED = [
            (at(0, 3, 22), TRAIN_IDLE),
            (at(1, 3, 22), {**TRAIN_IDLE, "image": TRAIN.image, "label": "train", "busy": True}),
            (at(1, 9, 47), {**TRAIN_IDLE, "image": TRAIN.image, "label": "train"}),
-           (END, TRAIN_IDLE)),
+           (at(1, 18, 22), TRAIN_IDLE),
+           (END, {**TRAIN_IDLE, "team": "nlp"})),
     # gpu-a GPU 2: "eval" (a count of one) is counted here while its own GPU is idle;
     # later a process outside any container, no claim.
     *spans("gpu-a", 1,
@@ -238,6 +244,7 @@ def figures(found: list[Span]) -> dict[str, float | None]:
 
 GROUP_OF = {
     "owner": lambda s: (s.owner,),
+    "team": lambda s: (s.team,),
     "claim": lambda s: (s.claim or "", s.node, s.owner),
     "image": lambda s: (s.image,),
     "label": lambda s: (s.label,),
@@ -246,6 +253,7 @@ GROUP_OF = {
 }
 KEY_OF = {
     "owner": lambda k: (k["owner"],),
+    "team": lambda k: (k["team"],),
     "claim": lambda k: (k["claim"], k["node"], k["owner"]),
     "image": lambda k: (k["image"],),
     "label": lambda k: (k["label"],),
@@ -304,7 +312,11 @@ def _apply(what: str, node: str | None, claim, user: str) -> None:
     users = get_user_model().objects
     if what == "claim":
         owner = users.get(username=user)
-        claims.save_claim(Node.objects.get(name=node), claim, owner)
+        saved = claims.save_claim(Node.objects.get(name=node), claim, owner)
+        if claim.name in TEAM_OF:
+            Claim.objects.filter(pk=saved.pk).update(team=Team.objects.get_or_create(name=TEAM_OF[claim.name])[0])
+    elif what == "move claim":
+        Claim.objects.filter(node__name=node, name=claim).update(team=Team.objects.get_or_create(name=user)[0])
     elif what == "delete claim":
         claims.delete_claim(Claim.objects.get(node__name=node, name=claim), None)
     else:

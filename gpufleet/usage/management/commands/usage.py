@@ -1,6 +1,7 @@
 """`manage.py usage`: the usage report of a period (docs/usage.md), a row per group.
 
     manage.py usage --from 2025-03-01 --to 2025-03-31 --by owner
+    manage.py usage --period month --by team
     manage.py usage --period week --by claim --node-id 12
     manage.py usage --period month --json      # exactly what GET /api/usage/ answers
 
@@ -24,6 +25,7 @@ OPTIONS = {
     "--period": "period",
     "--by": "by",
     "--owner": "owner",
+    "--team": "team",
     "--claim-id": "claim_id",
     "--node-id": "node_id",
     "--image": "image",
@@ -36,6 +38,7 @@ HELP = {
               " (neither: this month so far)",
     "by": f"what each row is the usage of: {', '.join(report.GROUPS)} (default: {query.DEFAULT_GROUP})",
     "owner": "only the GPU time of claims this user owned",
+    "team": "only the GPU time of claims of this team",
     "claim_id": "only the GPU time this claim held",
     "node_id": "only the GPU time of this node",
     "image": "only the GPU time of containers of this image",
@@ -52,12 +55,12 @@ COLUMNS = [
     ("cost", "cost", "{:.2f}"),
 ]
 # A group whose key is empty, in words.
-NONE = {"owner": "(no owner)", "image": "(no image)", "label": "(no label)", "model": "(no model)"}
+NONE = {"owner": "(no owner)", "team": "(no team)", "image": "(no image)", "label": "(no label)", "model": "(no model)"}
 
 
 class Command(BaseCommand):
-    help = "Print GPU-hours reserved, used and idle, energy and cost over a period, by owner, claim, image, label, " \
-           "node or model: a table, or with --json what GET /api/usage/ answers."
+    help = "Print GPU-hours reserved, used and idle, energy and cost over a period, by owner, team, claim, image, " \
+           "label, node or model: a table, or with --json what GET /api/usage/ answers."
 
     OPTIONS = OPTIONS
 
