@@ -32,6 +32,7 @@ SHIPPED["claims"].append("0005_claim_series")
 SHIPPED["alerts"].append("0003_channel_format")
 SHIPPED["teams"] = ["0001_initial"]
 SHIPPED["claims"].append("0006_claim_team")
+SHIPPED["api"].append("0002_calendar_feed")
 
 
 def _migrations() -> dict[str, list[Path]]:
