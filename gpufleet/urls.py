@@ -4,6 +4,7 @@ from django.http import HttpResponsePermanentRedirect
 from django.templatetags.static import static
 from django.urls import include, path
 
+from gpufleet.api import feeds
 from gpufleet.api.metrics import metrics_view
 from gpufleet.fleet import views as fleet_views
 from gpufleet.sso import oidc
@@ -23,6 +24,8 @@ urlpatterns = [
          name="favicon"),
     path("api/", include("gpufleet.api.urls")),
     path("tokens/", include("gpufleet.api.token_urls")),
+    # A calendar feed: no login, its secret in the URL (gpufleet/api/feeds.py).
+    path("calendar/<str:secret>.ics", feeds.feed, name="calendar_feed"),
     path("claims/", include("gpufleet.claims.urls")),
     path("alerts/", include("gpufleet.alerts.urls")),
     path("usage/", include("gpufleet.usage.urls")),

@@ -34,6 +34,7 @@ SHIPPED["teams"] = ["0001_initial"]
 SHIPPED["claims"].append("0006_claim_team")
 SHIPPED["claims"].append("0007_claim_reminders")
 SHIPPED["usage"].append("0004_usage_team")
+SHIPPED["api"].append("0002_calendar_feed")
 
 
 def _migrations() -> dict[str, list[Path]]:

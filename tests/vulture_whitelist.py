@@ -178,6 +178,8 @@ NODE_REVOKE_KEY  # gpufleet/audit/models.py
 NODE_ROTATE_KEY  # gpufleet/audit/models.py
 TOKEN_CREATE  # gpufleet/audit/models.py
 TOKEN_REVOKE  # gpufleet/audit/models.py
+FEED_CREATE  # gpufleet/audit/models.py
+FEED_REVOKE  # gpufleet/audit/models.py
 TEAM_CREATE  # gpufleet/audit/models.py
 TEAM_DELETE  # gpufleet/audit/models.py
 TEAM_UPDATE  # gpufleet/audit/models.py

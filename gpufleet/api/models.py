@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from gpufleet.audit.models import record
 from gpufleet.sso import recheck
@@ -94,3 +95,93 @@ class ApiToken(models.Model):
 
     def as_audit_dict(self) -> dict:
         return {"name": self.name, "scope": self.scope, "hint": self.hint}
+
+
+class CalendarFeed(models.Model):
+    """A private iCalendar URL: a person's (the claims they own) or a team's (the team's
+    claims), its secret in the URL. Unlike an API token's, the URL must be shown again
+    (to the person each time they ask, to every member of a team), so its secret is not
+    random but an HMAC of a random nonce under the site's SECRET_KEY: the table holds the
+    nonce and the secret's digest, and neither gives the URL without the key. The feed is
+    looked up by the digest, as a token is."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+                             related_name="calendar_feeds")
+    team = models.ForeignKey("teams.Team", null=True, blank=True, on_delete=models.CASCADE,
+                             related_name="calendar_feeds")
+    nonce = models.CharField(max_length=64)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(user__isnull=False, team__isnull=True) | models.Q(user__isnull=True, team__isnull=False),
+                name="calendar_feed_of_a_person_or_a_team",
+            ),
+            # Re-issuing revokes the live one first; two people asking at once make one feed.
+            models.UniqueConstraint(fields=["user"], condition=models.Q(revoked_at__isnull=True),
+                                    name="calendar_feed_one_live_per_person"),
+            models.UniqueConstraint(fields=["team"], condition=models.Q(revoked_at__isnull=True),
+                                    name="calendar_feed_one_live_per_team"),
+        ]
+
+    def __str__(self) -> str:
+        return self.subject()
+
+    def subject(self) -> str:
+        return f"team {self.team.name}" if self.team_id else self.user.get_username()
+
+    @classmethod
+    def issue(cls, by, *, user=None, team=None) -> CalendarFeed:
+        """A new live feed of `user` or of `team`, asked by `by`. Call with none live for it
+        (`reissue` revokes it first): a second live one is an IntegrityError."""
+        nonce = secrets.token_urlsafe(32)
+        with transaction.atomic():
+            feed = cls.objects.create(user=user, team=team, nonce=nonce, digest=digest(_feed_secret(nonce)))
+            record(by, "feed.create", target=f"calendar feed of {feed.subject()}", after=feed.as_audit_dict())
+        return feed
+
+    @classmethod
+    def find(cls, secret: str) -> CalendarFeed | None:
+        """The live feed with this secret, its person or team loaded; None if unknown,
+        revoked, or a person's whose account is deactivated."""
+        live = cls.objects.select_related("user", "team").filter(revoked_at__isnull=True)
+        live = live.filter(models.Q(user__isnull=True) | models.Q(user__is_active=True))
+        return live.filter(digest=digest(secret)).first()
+
+    def secret(self) -> str | None:
+        """The secret of the feed's URL, rebuilt; None where it was issued under a SECRET_KEY
+        that is neither the current one nor in SECRET_KEY_FALLBACKS (re-issue it)."""
+        for key in [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]:
+            secret = _feed_secret(self.nonce, key)
+            if digest(secret) == self.digest:
+                return secret
+        return None
+
+    @property
+    def live(self) -> bool:
+        return self.revoked_at is None
+
+    def revoke(self, by) -> None:
+        with transaction.atomic():
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])
+            record(by, "feed.revoke", target=f"calendar feed of {self.subject()}", before=self.as_audit_dict())
+
+    def reissue(self, by) -> CalendarFeed:
+        """A new URL for the same person or team; the live one (if any) is revoked with it."""
+        with transaction.atomic():
+            for live in CalendarFeed.objects.select_for_update().filter(
+                    user=self.user_id, team=self.team_id, revoked_at__isnull=True):
+                live.revoke(by)
+            return CalendarFeed.issue(by, user=self.user, team=self.team)
+
+    def as_audit_dict(self) -> dict:
+        return {"team": self.team.name} if self.team_id else {"user": self.user.get_username()}
+
+
+def _feed_secret(nonce: str, key: str | None = None) -> str:
+    return salted_hmac("gpufleet.api.CalendarFeed", nonce, secret=key, algorithm="sha256").hexdigest()

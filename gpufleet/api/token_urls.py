@@ -7,4 +7,6 @@ app_name = "tokens"
 urlpatterns = [
     path("", pages.tokens, name="list"),
     path("<int:pk>/revoke/", pages.revoke, name="revoke"),
+    path("calendar/<int:pk>/revoke/", pages.revoke_feed, name="revoke_feed"),
+    path("calendar/<int:pk>/reissue/", pages.reissue_feed, name="reissue_feed"),
 ]

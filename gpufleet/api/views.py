@@ -27,7 +27,7 @@ from ninja.parser import Parser
 from ninja.responses import Response
 
 from gpufleet import gpu
-from gpufleet.api import alerts, maintenance, serializers, usage
+from gpufleet.api import alerts, feeds, maintenance, serializers, usage
 from gpufleet.api.auth import Refused, SessionAuth, TokenAuth
 from gpufleet.api.errors import ApiError, answer, error, errors, unsupported_media_type
 from gpufleet.api.pagination import Pages
@@ -149,6 +149,8 @@ api.add_router("/", alerts.router)
 api.add_router("/", maintenance.router)
 # GPU usage by owner, team, claim, image, label, node or model (gpufleet/api/usage.py).
 api.add_router("/", usage.router)
+# The URLs of a person's calendar feeds (gpufleet/api/feeds.py).
+api.add_router("/", feeds.router)
 
 
 # An answer holds the keys its serializer wrote: one it leaves out (a finding's `fix`

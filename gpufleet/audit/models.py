@@ -24,6 +24,9 @@ class Action(models.TextChoices):
     GPU_FORGET = "gpu.forget", "Vanished GPUs forgotten"
     TOKEN_CREATE = "token.create", "API token created"
     TOKEN_REVOKE = "token.revoke", "API token revoked"
+    # Calendar feeds (gpufleet.api.models.CalendarFeed): a re-issue is a revoke and a create.
+    FEED_CREATE = "feed.create", "Calendar feed issued"
+    FEED_REVOKE = "feed.revoke", "Calendar feed revoked"
     # The admin site's user and group changes, and login lockouts (gpufleet.audit.receivers).
     USER_CREATE = "user.create", "User added"
     USER_UPDATE = "user.update", "User changed"

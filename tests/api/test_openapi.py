@@ -43,6 +43,7 @@ ENDPOINTS = {
     "/api/nodes/{name}/maintenance/validation/": {"delete"},
     "/api/deliveries/": {"get"},
     "/api/usage/": {"get"},
+    "/api/calendar/": {"get"},
 }
 
 
@@ -143,6 +144,7 @@ ANSWERS = {
     ("/api/deliveries/", "get"): {200, 400, 401, 403, 404},
     # Usage (gpufleet/api/usage.py): one report, not a list, so no page to be past.
     ("/api/usage/", "get"): {200, 400, 401, 403},
+    ("/api/calendar/", "get"): {200, 401, 403},
 }
 ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -234,6 +236,7 @@ def test_the_answers_have_the_documented_shapes(client, viewer_client, operator_
         ("/api/events/?state=ajar", "/api/events/"),
         ("/api/usage/?by=claim", "/api/usage/"),
         ("/api/usage/?by=colour", "/api/usage/"),
+        ("/api/calendar/", "/api/calendar/"),
         ("/api/nodes/alpha/maintenance/", "/api/nodes/{name}/maintenance/"),
         ("/api/nodes/delta/maintenance/", "/api/nodes/{name}/maintenance/"),
     ]:

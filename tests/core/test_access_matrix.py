@@ -75,6 +75,10 @@ REQUIRED = {
     "metrics": (VIEW, "get"),
     "tokens:list": (VIEW, "get"),
     "tokens:revoke": (VIEW, "post"),
+    # Who may revoke which feed beyond that: tests/api/test_calendar_feeds.py.
+    "tokens:revoke_feed": (VIEW, "post"),
+    "tokens:reissue_feed": (VIEW, "post"),
+    "api:calendar": (VIEW, "get"),
     "alerts:channels": (VIEW, "get"),
     "alerts:channel_edit": (MANAGE_ALERTS, "get"),
     "alerts:channel_delete": (MANAGE_ALERTS, "get"),
@@ -103,9 +107,11 @@ REQUIRED = {
 }
 # Django's own views, with their own access rules (tested by Django), and the two open to
 # anyone: the health check, the site icon (tests/core/test_favicon.py) and the page single
-# sign-on sends a refused person to, with its "try again" (tests/sso/test_sign_in.py), and
-# OpenID Connect login's button and callback (tests/sso/test_oidc_login.py).
-NOT_OURS = {"login", "logout", "healthz", "favicon", "sso:no-access", "sso:try-again", "oidc:login", "oidc:callback"}
+# sign-on sends a refused person to, with its "try again" (tests/sso/test_sign_in.py),
+# OpenID Connect login's button and callback (tests/sso/test_oidc_login.py), and a calendar
+# feed, whose secret URL is its credential (tests/api/test_calendar_feeds.py).
+NOT_OURS = {"login", "logout", "healthz", "favicon", "sso:no-access", "sso:try-again", "oidc:login", "oidc:callback",
+            "calendar_feed"}
 ROLES = {
     None: set(),
     "viewer": {VIEW},
