@@ -135,7 +135,7 @@ def _try(request: PlacementRequest, candidate: Candidate) -> Fit | RuledOut:
         return RuledOut(name, STALE, "stale: it missed its last reports")
     ledger = candidate.ledger
     devices = ledger.info.devices
-    of_model = [d for d in devices if _is_model(d, request.model)]
+    of_model = [d for d in devices if is_model(d, request.model)]
     roomy = [d for d in of_model if _has_room(d, request.min_free_vram_mib)]
     if request.all:
         if devices and not of_model:
@@ -188,7 +188,8 @@ def _too_few(name: str, free: int, total: int, busy: int = 0) -> RuledOut:
     return RuledOut(name, TOO_FEW, f"too few free GPUs ({free} free of {total}{more})")
 
 
-def _is_model(device: Device, model: str) -> bool:
+def is_model(device: Device, model: str) -> bool:
+    """Whether the GPU's name holds `model` (any case); "" is every model."""
     return model.strip().lower() in device.name.lower()
 
 
