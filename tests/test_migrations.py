@@ -32,6 +32,8 @@ SHIPPED["claims"].append("0005_claim_series")
 SHIPPED["alerts"].append("0003_channel_format")
 SHIPPED["teams"] = ["0001_initial"]
 SHIPPED["claims"].append("0006_claim_team")
+SHIPPED["teams"].append("0002_team_quotas")
+SHIPPED["claims"].append("0007_claim_quota_override_reason")
 
 
 def _migrations() -> dict[str, list[Path]]:
