@@ -260,6 +260,11 @@ def _months(holdings: Iterable[Holding], now: datetime, open_for: timedelta) -> 
     return sorted(months)
 
 
+def month_start(moment: datetime) -> datetime:
+    """The start of the calendar month of `moment`, in its own time zone."""
+    return _month_of(moment)[0]
+
+
 def _month_of(moment: datetime) -> tuple[datetime, datetime]:
     start = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     year, month = (start.year + 1, 1) if start.month == 12 else (start.year, start.month + 1)
