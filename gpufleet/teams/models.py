@@ -40,6 +40,8 @@ class Team(models.Model):
         return self.name
 
     def clean(self) -> None:
+        if self.max_gpus_by_model is None:  # the admin's field left empty
+            self.max_gpus_by_model = {}
         by_model = self.max_gpus_by_model
         if not isinstance(by_model, dict) or not all(
             isinstance(model, str) and model.strip() and type(n) is int and n >= 0 for model, n in by_model.items()
