@@ -3,10 +3,13 @@ model, GPU-hours per month, GPU-hours ahead, repeating bookings; an admin's over
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+from html import unescape
 
 import pytest
 from django.db import connection
+from django.template.loader import render_to_string
 from django.test.utils import CaptureQueriesContext
 
 from gpufleet import gpu
@@ -197,3 +200,19 @@ def test_the_standing_says_what_the_team_holds_now_ahead_and_this_month(team, op
     standing = quota.standing(team)
     assert (standing.gpus_now, standing.bookings_ahead, standing.gpu_hours_ahead) == (2, 1, 5)
     assert (standing.month_so_far, standing.month_total) == (0, 25)
+
+
+def test_the_team_page_partial_shows_its_quotas_and_standing(team, operator):
+    limit(team, max_gpus=6, max_gpus_by_model={"H200": 4}, max_gpu_hours_ahead=100)
+    node = make_node("alpha", 8)
+    book(node, "now", operator, team, count=2, starts_at=None, ends_at=NOW + 10 * H)
+    book(node, "later", operator, team, count=1, starts_at=NOW + timedelta(days=2), ends_at=NOW + timedelta(days=2) + 5 * H)
+    html = render_to_string("teams/_quota.html", quota.team_quota_context(team))
+    fields = {k: " ".join(unescape(v).split()) for k, v in re.findall(r'data-field="(\w+)">(.*?)</td>', html, re.S)}
+    assert fields == {
+        "max_gpus": "6", "gpus_now": "2 held now", "max_gpus_by_model": "4",
+        "gpu_hours_per_month": '<span class="muted">no limit</span>',
+        "month": "0 reserved so far in December 2026; 25 with its bookings to the month's end",
+        "max_gpu_hours_ahead": "100", "ahead": "5 booked ahead, in 1 booking yet to start",
+    }
+    assert "<th scope=\"row\">H200 GPUs at once</th>" in html
