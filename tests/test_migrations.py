@@ -35,6 +35,8 @@ SHIPPED["claims"].append("0006_claim_team")
 SHIPPED["claims"].append("0007_claim_reminders")
 SHIPPED["usage"].append("0004_usage_team")
 SHIPPED["api"].append("0002_calendar_feed")
+SHIPPED["teams"].append("0002_team_quotas")
+SHIPPED["claims"].append("0008_claim_quota_override_reason")
 
 
 def _migrations() -> dict[str, list[Path]]:

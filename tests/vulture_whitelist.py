@@ -100,6 +100,7 @@ list_display  # gpufleet/api/admin.py
 list_filter  # gpufleet/api/admin.py
 list_select_related  # gpufleet/api/admin.py
 autocomplete_fields  # gpufleet/teams/admin.py
+fieldsets  # gpufleet/teams/admin.py
 from_directory  # gpufleet/teams/models.py, shown in the team admin
 readonly_fields  # gpufleet/api/admin.py
 search_fields  # gpufleet/api/admin.py
@@ -287,3 +288,12 @@ _.unknown_s  # gpufleet/usage/models.py
 
 # A DCGM diagnostic job's result as the templates read it (templates/jobs/job.html, dcgm_panel.html).
 _.diag  # gpufleet/jobs/models.py
+
+# A team's quota standing as templates/teams/_quota.html reads it, and that partial's
+# context, which the team page (/teams/<name>/) gives it; tests render it until then.
+team_quota_context  # gpufleet/claims/quota.py
+_.gpus_now  # gpufleet/gpu/quota.py
+_.bookings_ahead  # gpufleet/gpu/quota.py
+_.gpu_hours_ahead  # gpufleet/gpu/quota.py
+_.month_so_far  # gpufleet/gpu/quota.py
+_.month_total  # gpufleet/gpu/quota.py

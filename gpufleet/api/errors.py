@@ -11,14 +11,16 @@ from gpufleet.claims import services
 
 # A refused claim change, by its stable code: 422 when the claim itself is wrong, 404 when
 # it is gone, 428 Precondition Required when an edit or delete lacks the claim's version
-# (RFC 6585: the status for refusing changes that could be lost updates), 409 (any other
-# code) when it conflicts with the node's state or other claims.
+# (RFC 6585: the status for refusing changes that could be lost updates), 403 when someone
+# but an admin asks to book over a team's quota, 409 (any other code, quota_exceeded
+# included) when it conflicts with the node's state, other claims or the team's quotas.
 CLAIM_STATUS = {
     "unknown_device": 422,
     "duplicate_device": 422,
     "invalid": 422,
     services.ClaimGone.code: 404,
     services.VersionRequired.code: 428,
+    services.OverrideRefused.code: 403,
 }
 CONFLICT = 409
 
@@ -66,7 +68,7 @@ class ApiError(Exception):
     @classmethod
     def from_claim_error(cls, exc: services.ClaimError) -> ApiError:
         field = services.VERSION_FIELD if isinstance(exc, services.VersionRequired) else None
-        if isinstance(exc, services.BadTerms):
+        if isinstance(exc, (services.BadTerms, services.OverrideRefused)):
             field = exc.field
         ends_by = exc.error.ends_by if isinstance(exc, services.ClaimRejected) else None
         conflicts = None

@@ -59,6 +59,9 @@ class ClaimIn(Schema):
     repeat: Annotated[str, StringConstraints(max_length=500)] | None = Field(
         None, description="repeat the window by an iCalendar RRULE with an end (COUNT or UNTIL),"
                           " e.g. FREQ=WEEKLY;BYDAY=TU;COUNT=12: one claim per occurrence, all or none")
+    quota_override_reason: Annotated[str, StringConstraints(max_length=1000)] | None = Field(
+        None, description="admins only: book over the team's quota, saying why (403 forbidden from anyone else);"
+                          " omitted on a replace: the claim keeps its own")
 
     @field_validator("starts_at", "ends_at")
     @classmethod
@@ -193,6 +196,7 @@ class ClaimOut(Out):
     series: str | None = Field(description="the repeating booking the claim is an occurrence of; null: none")
     created_at: Time = _time()
     updated_at: Time = _time("the claim's version: send it back exactly as read to change or delete it")
+    quota_override_reason: str = Field(description="why an admin booked it over its team's quota; empty: within them")
 
 
 class SeriesOut(Out):

@@ -109,4 +109,5 @@ def claim(c: Claim) -> dict:
         "series": str(c.series) if c.series else None,
         "created_at": _time(c.created_at),
         "updated_at": _time(c.updated_at),
+        "quota_override_reason": c.quota_override_reason,
     }

@@ -394,10 +394,12 @@ def add_claim(request: HttpRequest, name: str, body: ClaimIn) -> Status:
     terms = _terms(body, request.user, None)
     try:
         if body.repeat is not None:
-            made = services.save_series(node, _proposed(body), request.user, terms, body.repeat)
+            made = services.save_series(node, _proposed(body), request.user, terms, body.repeat,
+                                        quota_override_reason=body.quota_override_reason)
             rows = Claim.objects.select_related("node", "created_by", "owner").filter(series=made[0].series).order_by("starts_at")
             return Status(201, {"series": str(made[0].series), "results": [serializers.claim(c) for c in rows]})
-        saved = services.save_claim(node, _proposed(body), request.user, terms=terms)
+        saved = services.save_claim(node, _proposed(body), request.user, terms=terms,
+                                    quota_override_reason=body.quota_override_reason)
     except services.ClaimError as exc:
         raise ApiError.from_claim_error(exc) from None
     return Status(201, serializers.claim(_reload(saved)))
@@ -420,7 +422,8 @@ def replace_claim(request: HttpRequest, pk: int, body: ClaimUpdate) -> dict:
         version = services.parse_version(body.updated_at)
         row = _claim(pk)
         saved = services.save_claim(
-            row.node, _proposed(body), request.user, editing=row, expected_updated_at=version, terms=_terms(body, request.user, row)
+            row.node, _proposed(body), request.user, editing=row, expected_updated_at=version, terms=_terms(body, request.user, row),
+            quota_override_reason=body.quota_override_reason,
         )
     except services.ClaimError as exc:
         raise ApiError.from_claim_error(exc) from None

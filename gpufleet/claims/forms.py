@@ -36,6 +36,7 @@ _FIELD_FOR_CODE = {
     "gone": None,
     "version_required": None,
     "series_conflict": "repeat",
+    "forbidden": "quota_override_reason",  # only a reason to book over quota reaches the form with it
 }
 _FIELD_FOR_MODE = {COUNT: "count", ALL: "mode", DEVICES: DEVICES}
 
@@ -91,6 +92,14 @@ class ClaimForm(forms.Form):
                   "times) or FREQ=DAILY;UNTIL=20270115T000000Z: Starts and Ends give the first; every occurrence is "
                   "booked as its own claim, or none.",
     )
+    quota_override_reason = forms.CharField(
+        required=False,
+        max_length=1000,
+        label="Over quota, because",
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Admins only. Empty: the claim must keep within its team's quotas. A reason books it over them; "
+                  "it is kept on the claim and in the audit log.",
+    )
     updated_at = forms.CharField(required=False, widget=forms.HiddenInput)
 
     def __init__(
@@ -102,6 +111,7 @@ class ClaimForm(forms.Form):
         editing: Claim | None = None,
         action_url: str = "",
         validate_url: str = "",
+        quota_override: bool = False,
         **kwargs,
     ):
         data = args[0] if args else kwargs.get("data")
@@ -121,6 +131,8 @@ class ClaimForm(forms.Form):
         self._version: datetime | None = None
         if editing is not None:
             del self.fields["repeat"]  # an occurrence is changed on its own
+        if not quota_override:
+            del self.fields["quota_override_reason"]  # admins only (gpufleet.claims.quota.may_override)
         self.fields["devices"].choices = _device_choices(ledger, devices, self._chosen())
 
     def _chosen(self) -> list[str]:
@@ -187,6 +199,15 @@ class ClaimForm(forms.Form):
             self.add_claim_error(services.ClaimRejected(error))
         return data
 
+    @property
+    def offers_override(self) -> bool:
+        return "quota_override_reason" in self.fields
+
+    def override_reason(self) -> str | None:
+        """The admin's reason to book over quota; None where the form does not offer one
+        (the claim keeps its own). Call after is_valid()."""
+        return self.cleaned_data.get("quota_override_reason", "") if self.offers_override else None
+
     def repeat_rule(self) -> str:
         """The repeat rule of a new claim ("": once). Call after is_valid()."""
         return self.cleaned_data.get("repeat", "").strip()
@@ -221,6 +242,7 @@ def _initial(claim: Claim, ledger: gpu.Ledger) -> dict:
         "updated_at": claim.updated_at.isoformat(),
         "owner": claim.owner if claim.owner_id else None,
         "contact": claim.contact,
+        "quota_override_reason": claim.quota_override_reason,
         "starts_at": timezone.localtime(claim.starts_at),
         "ends_at": timezone.localtime(claim.ends_at) if claim.ends_at else None,
     }

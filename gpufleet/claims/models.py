@@ -116,6 +116,8 @@ class Claim(models.Model):
     # REMINDER_LEAD (gpufleet/usage/reminders.py); a save that moves the start or end clears its own.
     start_reminded_at = models.DateTimeField(null=True, blank=True, editable=False)
     end_reminded_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Why an admin booked the claim over its team's quota (empty: it keeps within them).
+    quota_override_reason = models.TextField(blank=True, editable=False)
 
     objects = ClaimQuerySet.as_manager()
 
@@ -205,6 +207,8 @@ class Claim(models.Model):
             "contact": self.contact,
             "starts_at": self.starts_at.isoformat() if self.starts_at else None,
             "ends_at": self.ends_at.isoformat() if self.ends_at else None,
+            # Only on claims booked over quota, so that other rows read as before.
+            **({"quota_override_reason": self.quota_override_reason} if self.quota_override_reason else {}),
         }
 
 
@@ -212,10 +216,11 @@ def _local(moment: datetime | None) -> datetime | None:
     return timezone.localtime(moment) if moment is not None else None
 
 
-def with_current_devices(claims: Iterable[Claim]) -> None:
-    """Read the current GPUs of the nodes of the pinned claims among `claims` in one query
-    (none when no claim is pinned), so that naming their GPUs reads nothing per claim."""
-    pinned = [claim for claim in claims if claim.device_ids]
+def with_current_devices(claims: Iterable[Claim], only_pinned: bool = True) -> None:
+    """Read the current GPUs of the nodes of the pinned claims among `claims` (or with
+    `only_pinned` False, of every claim) in one query (none when there is no such claim), so
+    that naming their GPUs, or counting them by model, reads nothing per claim."""
+    pinned = [claim for claim in claims if claim.device_ids or not only_pinned]
     if not pinned:
         return
     devices: dict[int, list[Device]] = {claim.node_id: [] for claim in pinned}

@@ -3,8 +3,9 @@ other claims inside one transaction that holds the node row locked, so two
 admins saving at once cannot double-book a GPU; every change is audited.
 
 Everything that can refuse a change raises a `ClaimError` with a stable `code`
-(the ledger's machine codes plus name_taken, maintenance, validation, stale, gone and version_required) and a sentence for
-people, so the editor and the API report the same reasons the same way."""
+(the ledger's machine codes plus name_taken, maintenance, validation, stale, gone, version_required,
+quota_exceeded and forbidden) and a sentence for people, so the editor and the API report the same
+reasons the same way."""
 
 from __future__ import annotations
 
@@ -19,10 +20,13 @@ from django.utils import timezone
 
 from gpufleet import gpu
 from gpufleet.audit.models import record
+from gpufleet.claims import quota
 from gpufleet.claims.models import Claim
 from gpufleet.events import services as events
 from gpufleet.fleet import maintenance, summary_keep
 from gpufleet.fleet.models import Node
+from gpufleet.gpu import quota as gpu_quota
+from gpufleet.teams.models import Team
 
 
 class ClaimError(Exception):
@@ -89,6 +93,28 @@ class Terms:
     contact: str = ""
     starts_at: datetime | None = None  # None: now
     ends_at: datetime | None = None  # None: no end
+    team: Team | None = None  # None: a new claim has none, an edited one keeps its own
+
+
+class QuotaExceeded(ClaimError):
+    """The booking would take the team over one of its quotas (gpufleet/gpu/quota.py);
+    `exceeded` names the quota, what the team holds and what the booking asks."""
+
+    code = "quota_exceeded"
+
+    def __init__(self, exceeded: gpu_quota.Exceeded) -> None:
+        super().__init__(f"{exceeded}; an admin may book over the quota, saying why")
+        self.exceeded = exceeded
+
+
+class OverrideRefused(ClaimError):
+    """A reason to book over quota came from someone who may not give one (`quota.may_override`)."""
+
+    code = "forbidden"
+    field = "quota_override_reason"
+
+    def __init__(self) -> None:
+        super().__init__("only an admin may book over a team's quota")
 
 
 class InMaintenance(ClaimError):
@@ -260,6 +286,7 @@ def save_claim(
     editing: Claim | None = None,
     expected_updated_at: datetime | None = None,
     terms: Terms | None = None,
+    quota_override_reason: str | None = None,
 ) -> Claim:
     """Create or (with `editing`) replace a claim, over the window its `terms` give
     (`window`). Without `terms` a new claim is owned by `user`, starts now and has no
@@ -268,13 +295,17 @@ def save_claim(
     maintenance or validation), StaleClaim (the claim changed after
     `expected_updated_at`) or ClaimGone. The editor and the API always pass
     `expected_updated_at` for an edit (see parse_version); None, no check, is for
-    the system's own changes."""
+    the system's own changes. A claim that would take its team over a quota raises
+    QuotaExceeded, unless an admin gives `quota_override_reason` (OverrideRefused from
+    anyone else); see `_override_reason` for what the claim keeps."""
     if terms is not None:
         bad = check_terms(terms, editing)
         if bad is not None:
             raise bad
+    check_override(user, quota_override_reason)
     try:
         with transaction.atomic():
+            team = _lock_team(terms, editing)
             locked = Node.objects.select_for_update().get(pk=node.pk)
             if editing is not None:
                 try:
@@ -293,6 +324,7 @@ def save_claim(
             error = check_claim(locked, proposed, editing)
             if error is not None:
                 raise ClaimRejected(error)
+            over = _over_quota(team, locked, [proposed], quota_override_reason, editing)
             before = editing.as_audit_dict() if editing is not None else None
             claim = editing or Claim(node=locked, created_by=user if user and user.is_authenticated else None)
             claim.name = proposed.name
@@ -309,6 +341,9 @@ def save_claim(
                 claim.owner, claim.contact = terms.owner, terms.contact
             elif editing is None:
                 claim.owner = claim.created_by
+            if team is not None:
+                claim.team = team
+            claim.quota_override_reason = _override_reason(over, quota_override_reason, editing)
             claim.save()
             _store_reserved(locked)
             action = "claim.update" if before is not None else "claim.create"
@@ -362,28 +397,77 @@ def plan_series(node: Node, proposed: gpu.Claim, terms: Terms, rule: str) -> lis
     return occurrences
 
 
-def save_series(node: Node, proposed: gpu.Claim, user, terms: Terms, rule: str) -> list[Claim]:
+def save_series(node: Node, proposed: gpu.Claim, user, terms: Terms, rule: str,
+                quota_override_reason: str | None = None) -> list[Claim]:
     """Create a repeating booking (`plan_series`) as one claim per occurrence sharing a new
     series id: all checked under the node lock and saved, audited as single claims are,
-    or none. Raises what plan_series raises, and InMaintenance."""
+    or none. Raises what plan_series raises, InMaintenance, and as save_claim does
+    QuotaExceeded (all the occurrences count together) or OverrideRefused."""
+    check_override(user, quota_override_reason)
     series = uuid.uuid4()
     saved = []
     with transaction.atomic():
+        team = _lock_team(terms, None)
         locked = Node.objects.select_for_update().get(pk=node.pk)
         if (closed := maintenance.closed_to_claims(locked)) is not None:
             raise InMaintenance(closed)
         creator = user if user and user.is_authenticated else None
-        for occurrence in plan_series(locked, proposed, terms, rule):
+        planned = plan_series(locked, proposed, terms, rule)
+        over = _over_quota(team, locked, planned, quota_override_reason)
+        for occurrence in planned:
             claim = Claim.objects.create(
                 node=locked, created_by=creator, name=occurrence.name,
                 count=proposed.count if not proposed.device_ids else 0, device_ids=list(proposed.device_ids),
                 starts_at=occurrence.starts_at, ends_at=occurrence.ends_at,
-                owner=terms.owner, contact=terms.contact, series=series,
+                owner=terms.owner, contact=terms.contact, series=series, team=team,
+                quota_override_reason=_override_reason(over, quota_override_reason, None),
             )
             record(user, "claim.create", node=locked, target=claim.name, after=claim.as_audit_dict())
             saved.append(claim)
         _store_reserved(locked)
     return saved
+
+
+# --- quotas: the team's row is locked before the node's, always in that order ------
+
+
+def check_override(user, reason: str | None) -> None:
+    """Refuse a reason to book over quota from anyone but an admin (before anything is locked)."""
+    if reason and reason.strip() and not quota.may_override(user):
+        raise OverrideRefused()
+
+
+def _lock_team(terms: Terms | None, editing: Claim | None) -> Team | None:
+    """The team the claim is saved for (the terms', else the edited claim's), its row locked
+    so that two bookings of one team, on any nodes, are checked against its quotas one after
+    the other. Locked before the node, always: two saves never wait on each other crosswise."""
+    team_id = terms.team.pk if terms is not None and terms.team is not None else (editing and editing.team_id)
+    if not team_id:
+        return None
+    try:
+        return Team.objects.select_for_update().get(pk=team_id)
+    except Team.DoesNotExist:
+        raise BadTerms("team", "this team was deleted meanwhile") from None
+
+
+def _over_quota(team: Team | None, node: Node, proposed: list[gpu.Claim], reason: str | None,
+                editing: Claim | None = None) -> gpu_quota.Exceeded | None:
+    """The quota the claims would exceed (None: none, or no team); raises QuotaExceeded
+    unless a reason to book over it was given (by an admin: see check_override)."""
+    over = quota.exceeded(team, node, proposed, editing) if team is not None else None
+    if over is not None and not (reason and reason.strip()):
+        raise QuotaExceeded(over)
+    return over
+
+
+def _override_reason(over: gpu_quota.Exceeded | None, given: str | None, editing: Claim | None) -> str:
+    """What the claim keeps as its reason to be over quota: the one given when it is over;
+    otherwise none for a new claim, and for an edit the one given or else its own."""
+    if over is not None:
+        return (given or "").strip()
+    if editing is None:
+        return ""
+    return given.strip() if given is not None else editing.quota_override_reason
 
 
 def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None,

@@ -26,7 +26,7 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 
 from gpufleet import gpu
 from gpufleet.audit.models import AuditEntry
-from gpufleet.claims import availability, services, use
+from gpufleet.claims import availability, quota, services, use
 from gpufleet.claims.filters import ClaimFilter
 from gpufleet.claims.forms import ALL, DEVICES, ClaimForm, PlacementForm, SlotForm
 from gpufleet.claims.models import Claim, with_current_devices
@@ -74,7 +74,8 @@ def claims_panel_context(request, node: Node, form: ClaimForm | None = None, not
     ledger = node.ledger(devices=devices, claims=[c for c in claims if c.in_force(now)])
     can_edit = can(request.user, EDIT_CLAIMS)
     if can_edit and form is None:
-        form = _add_form(node, ledger, devices, initial=_new_claim_initial(request))
+        form = _add_form(node, ledger, devices, initial=_new_claim_initial(request),
+                         quota_override=quota.may_override(request.user))
     for claim in claims:
         claim.gpus = claim.gpu_names(ledger)
     entries = list(AuditEntry.objects.filter(node=node, action__startswith="claim.")[:AUDIT_ROWS])
@@ -136,13 +137,15 @@ def edit(request: HttpRequest, pk: int) -> HttpResponse:
 def _edit(request, node: Node, editing: Claim | None) -> HttpResponse:
     in_panel = _in_panel(request)
     if request.method == "GET":
-        form = _form(node, editing, initial=_new_claim_initial(request) if editing is None else None)
+        form = _form(node, editing, initial=_new_claim_initial(request) if editing is None else None,
+                     quota_override=quota.may_override(request.user))
         return render_page(request, FORM_PAGE, _form_context(node, form, in_panel), partial=FORM_PARTIAL)
 
-    form = _form(node, editing, data=request.POST)
+    form = _form(node, editing, data=request.POST, quota_override=quota.may_override(request.user))
     if form.is_valid() and form.repeat_rule():
         try:
-            made = services.save_series(node, form.proposed(), request.user, form.terms(), form.repeat_rule())
+            made = services.save_series(node, form.proposed(), request.user, form.terms(), form.repeat_rule(),
+                                        quota_override_reason=form.override_reason())
         except services.ClaimError as exc:
             form.add_claim_error(exc)
         else:
@@ -157,6 +160,7 @@ def _edit(request, node: Node, editing: Claim | None) -> HttpResponse:
                 editing=editing,
                 expected_updated_at=form.expected_updated_at(),
                 terms=form.terms(),
+                quota_override_reason=form.override_reason(),
             )
         except services.ClaimGone:
             return _gone(request, node, in_panel)
@@ -193,7 +197,7 @@ def validate(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _validate(request, node: Node, editing: Claim | None) -> HttpResponse:
-    form = _form(node, editing, data=request.POST)
+    form = _form(node, editing, data=request.POST, quota_override=quota.may_override(request.user))
     form.is_valid()
     # 200 even when invalid: htmx 2 does not swap 4xx bodies.
     response = render(request, f"{FORM_PAGE}#{FORM_PARTIAL}", _form_context(node, form, _in_panel(request)))
@@ -432,7 +436,8 @@ def _moment(text: str) -> datetime | None:
     return moment
 
 
-def _add_form(node: Node, ledger: gpu.Ledger, devices: list[Device], data=None, initial=None) -> ClaimForm:
+def _add_form(node: Node, ledger: gpu.Ledger, devices: list[Device], data=None, initial=None,
+              quota_override: bool = False) -> ClaimForm:
     return ClaimForm(
         data,
         initial=initial,
@@ -441,14 +446,15 @@ def _add_form(node: Node, ledger: gpu.Ledger, devices: list[Device], data=None, 
         devices=devices,
         action_url=reverse("claims:add", args=[node.name]),
         validate_url=reverse("claims:validate_new", args=[node.name]),
+        quota_override=quota_override,
     )
 
 
-def _form(node: Node, editing: Claim | None, data=None, initial=None) -> ClaimForm:
+def _form(node: Node, editing: Claim | None, data=None, initial=None, quota_override: bool = False) -> ClaimForm:
     devices = node.current_devices()
     ledger = node.ledger(devices=devices)
     if editing is None:
-        return _add_form(node, ledger, devices, data, initial)
+        return _add_form(node, ledger, devices, data, initial, quota_override)
     return ClaimForm(
         data,
         node=node,
@@ -457,6 +463,7 @@ def _form(node: Node, editing: Claim | None, data=None, initial=None) -> ClaimFo
         editing=editing,
         action_url=reverse("claims:edit", args=[editing.pk]),
         validate_url=reverse("claims:validate", args=[editing.pk]),
+        quota_override=quota_override,
     )
 
 

@@ -1,6 +1,6 @@
-"""Teams in the admin site: an admin makes local teams and adds people to them (members,
-and the leads who change every claim of the team). Every add, change and delete is
-audited with the team's members before and after."""
+"""Teams in the admin site: an admin makes local teams, adds people to them (members,
+and the leads who change every claim of the team) and sets their quotas. Every add,
+change and delete is audited with the team's members and quotas before and after."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from django.contrib import admin
 from gpufleet.audit.models import record
 from gpufleet.teams.models import Membership, Team
 
+QUOTA_FIELDS = ["max_gpus", "max_gpus_by_model", "gpu_hours_per_month", "max_gpu_hours_ahead"]
+
 
 def team_state(team: Team) -> dict:
     rows = team.memberships.select_related("user").order_by("user__username")
@@ -16,6 +18,7 @@ def team_state(team: Team) -> dict:
         "name": team.name,
         "members": [row.user.get_username() for row in rows],
         "leads": [row.user.get_username() for row in rows if row.lead],
+        "quotas": {name: getattr(team, name) for name in QUOTA_FIELDS},
     }
 
 
@@ -32,6 +35,11 @@ class TeamAdmin(admin.ModelAdmin):
     list_display = ["name", "created_at"]
     search_fields = ["name"]
     inlines = [MembershipInline]
+    fieldsets = [
+        (None, {"fields": ["name"]}),
+        ("Quotas", {"fields": QUOTA_FIELDS, "description": "Empty: no limit. A booking over one is refused unless "
+                                                            "an admin books it saying why (docs/teams.md#quotas)."}),
+    ]
 
     def get_object(self, request, object_id, from_field=None):
         team = super().get_object(request, object_id, from_field)

@@ -127,6 +127,7 @@ def test_it_gives_a_node_with_devices_findings_claims_and_ledger(viewer_client, 
             "series": None,
             "created_at": train.created_at.isoformat(),
             "updated_at": train.updated_at.isoformat(),
+            "quota_override_reason": "",
         }
     ]
 

@@ -101,3 +101,49 @@ def test_two_racing_bookings_of_one_gpu_in_overlapping_windows_never_both_hold_i
     assert isinstance(lost[0], services.ClaimRejected) and lost[0].code == "device_taken", outcomes
     assert f"is already reserved by {won[0].name} {won[0].window()}" in lost[0].message
     assert list(Claim.objects.filter(node=node).values_list("name", flat=True)) == [won[0].name]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_bookings_of_one_team_on_two_nodes_never_both_squeeze_under_its_quota(operator, admin_user, monkeypatch):
+    from gpufleet.claims import quota
+    from gpufleet.teams.models import Team
+
+    team = Team.objects.create(name="vision", max_gpus=4)
+    nodes = {"train": make_node("alpha", 4), "eval": make_node("beta", 4)}
+    # Hold each save between its quota check and its write: without the team's lock both
+    # would see 4 GPUs free of the quota, each on its own node, and both would take 3.
+    real_exceeded = quota.exceeded
+
+    def slow_exceeded(*args, **kwargs):
+        verdict = real_exceeded(*args, **kwargs)
+        time.sleep(0.3)
+        return verdict
+
+    monkeypatch.setattr(quota, "exceeded", slow_exceeded)
+    barrier = threading.Barrier(2)
+    outcomes: dict[str, object] = {}
+    soon = timezone.now().replace(microsecond=0) + timedelta(days=1)
+
+    def book(name: str, user) -> None:
+        terms = services.Terms(owner=user, starts_at=soon, ends_at=soon + timedelta(hours=8), team=team)
+        try:
+            barrier.wait(timeout=10)
+            outcomes[name] = services.save_claim(nodes[name], gpu.Claim(name=name, count=3), user, terms=terms)
+        except Exception as exc:  # recorded and asserted below
+            outcomes[name] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=book, args=("train", operator)),
+               threading.Thread(target=book, args=("eval", admin_user))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+
+    won = [o for o in outcomes.values() if isinstance(o, Claim)]
+    lost = [o for o in outcomes.values() if not isinstance(o, Claim)]
+    assert len(won) == 1 and len(lost) == 1, outcomes
+    assert isinstance(lost[0], services.QuotaExceeded), outcomes
+    assert (lost[0].exceeded.held, lost[0].exceeded.asks) == (3, 3)
+    assert list(Claim.objects.filter(team=team).values_list("name", flat=True)) == [won[0].name]
