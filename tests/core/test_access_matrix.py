@@ -51,6 +51,9 @@ REQUIRED = {
     "events:open_count": (VIEW, "get"),
     "claims:list": (VIEW, "get"),
     "claims:find": (VIEW, "get"),
+    "claims:availability": (VIEW, "get"),
+    "claims:slots": (VIEW, "get"),
+    "claims:calendar": (VIEW, "get"),
     "claims:panel": (VIEW, "get"),
     "claims:use": (VIEW, "get"),
     "claims:use_export": (VIEW, "get"),
@@ -70,6 +73,7 @@ REQUIRED = {
     "api:openapi-json": (VIEW, "get"),
     "api:docs": (VIEW, "get"),
     "api:placement": (VIEW, "get"),
+    "api:availability": (VIEW, "get"),
     "api:events": (VIEW, "get"),
     # A scraper's page: a token or an allowed address, or a session that may view.
     "metrics": (VIEW, "get"),
