@@ -137,20 +137,13 @@ def count_lanes(ledger: Ledger, start: datetime, step: timedelta, slots: int) ->
 # --- free GPUs per model per hour or day ------------------------------------------
 
 
-def free_by_model(ledger: Ledger, edges: list[datetime]) -> dict[str, list[int]]:
-    """For each GPU model of the node, how many of its GPUs are free throughout each
-    bucket [edges[i], edges[i+1]): the fewest free at any instant of it."""
-    totals = _Totals(len(edges) - 1)
-    totals.add(ledger, edges)
-    return totals.counts()
-
-
 def fleet_free_by_model(candidates: Iterable[Candidate], edges: list[datetime],
                         unbooked: Mapping[str, int] | None = None) -> dict[str, list[int]]:
-    """`free_by_model` summed over the nodes that take new work (Candidate.closed), by
-    model, plus `unbooked`: per model, the GPUs of open nodes left out of `candidates`
-    because no claim meets the buckets (free throughout; 0 for a node whose GPUs are not
-    present), as the caller may count them without reading each node."""
+    """For each GPU model, how many GPUs of the nodes that take new work (Candidate.closed)
+    are free throughout each bucket [edges[i], edges[i+1]) (the fewest free at any instant
+    of it), summed over the nodes; plus `unbooked`: per model, the GPUs of open nodes left
+    out of `candidates` because no claim meets the buckets (free throughout; 0 for a node
+    whose GPUs are not present), which a caller may count without reading each node."""
     totals = _Totals(len(edges) - 1)
     for model, gpus in (unbooked or {}).items():
         totals.add_throughout(model, gpus)

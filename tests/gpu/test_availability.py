@@ -19,7 +19,6 @@ from gpufleet.gpu.availability import (
     earliest_slot,
     find_slots,
     fleet_free_by_model,
-    free_by_model,
     lanes,
 )
 from gpufleet.gpu.placement import Candidate
@@ -66,7 +65,7 @@ def test_counts_fill_the_gpus_no_claim_holds_without_holding_any():
 def test_free_counts_per_model_are_the_fewest_free_in_each_bucket():
     ledger = Ledger(mixed(), [booking("h", 1, 2.5, device_ids=("0",)), booking("n", 5, 6, count=3)])
     edges = [at(h) for h in range(7)]
-    counts = free_by_model(ledger, edges)
+    counts = fleet_free_by_model([Candidate("n", ledger)], edges)
     assert counts == {
         "NVIDIA A100-SXM4-40GB": [2, 2, 2, 2, 2, 1],
         "NVIDIA H100 80GB HBM3": [2, 1, 1, 2, 2, 1],
@@ -160,7 +159,7 @@ def test_a_slot_is_one_the_ledger_takes_and_none_earlier_is(claims, count, hours
 def test_a_claim_on_gpus_the_node_no_longer_has_holds_nothing():
     ledger = Ledger(node(2), [booking("gone", 0, 5, device_ids=("GPU-no-longer-there",)), booking("one", 0, 5, device_ids=("1",))])
     assert [states(lane) for lane in lanes(ledger, at(0), HOUR, 5)] == [[(0, 5, FREE, None)], [(0, 5, HELD, "one")]]
-    assert free_by_model(ledger, [at(0), at(5)]) == {"NVIDIA H200": [1]}
+    assert fleet_free_by_model([Candidate("n", ledger)], [at(0), at(5)]) == {"NVIDIA H200": [1]}
     assert earliest_slot("n", ledger, wanted(1)).gpus[0].index == 0
 
 
