@@ -8,11 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from django.db import connection
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models.functions import Collate
 from django.utils import timezone
 
 from gpufleet.claims.models import Claim
-from gpufleet.claims.placement import fleet_candidates
-from gpufleet.fleet.models import Node
+from gpufleet.claims.placement import fleet_candidates, open_nodes
+from gpufleet.fleet.models import Device, Node
 from gpufleet.gpu import availability
 
 HORIZON_DAYS = 14
@@ -126,18 +129,44 @@ def bucket_edges(step: str, now: datetime) -> list[datetime]:
 
 def fleet_free(step: str, now: datetime | None = None) -> tuple[list[datetime], dict[str, list[int]]]:
     """The buckets and, per GPU model, how many GPUs of the nodes that take new work are
-    free throughout each. Three queries, whatever the fleet size."""
+    free throughout each. Four queries, whatever the fleet size: the open nodes no claim
+    meets are counted by model in SQL, as each of their GPUs is free throughout; only the
+    others are read (nodes, GPUs, claims) for the domain to lay their claims out."""
     now = now or timezone.now()
     edges = bucket_edges(step, now)
     claims = Claim.objects.overlapping(max(edges[0], now), edges[-1])
-    return edges, availability.fleet_free_by_model(fleet_candidates(claims, now), edges)
+    met = Exists(claims.filter(node=OuterRef("pk")))
+    unbooked = (Device.objects.filter(vanished_at__isnull=True, node__in=open_nodes(now).exclude(met))
+                .values("name").annotate(gpus=Count("pk", filter=Q(node__present=True))).order_by())
+    booked = fleet_candidates(claims, now, Node.objects.filter(met))
+    return edges, availability.fleet_free_by_model(booked, edges, {row["name"]: row["gpus"] for row in unbooked})
 
 
 def fleet_slots(request: availability.SlotRequest, now: datetime | None = None) -> list[availability.Slot]:
     """The earliest windows for `request`, best first (SLOTS_SHOWN of them); never before
-    now. Three queries, whatever the fleet size."""
+    now. Three queries, whatever the fleet size. A node no claim meets in the window from
+    `after` has its slot then, with every GPU free beside it, so of those only the best
+    SLOTS_SHOWN can be listed, and SQL picks them; the domain finds the others' slots."""
     now = now or timezone.now()
     if request.after < now:
         request = replace(request, after=now)
     claims = Claim.objects.overlapping(request.after, None)
-    return availability.find_slots(request, fleet_candidates(claims, now), SLOTS_SHOWN)
+    met = Exists(Claim.objects.overlapping(request.after, request.after + request.duration).filter(node=OuterRef("pk")))
+    nodes = Node.objects.filter(Q(met) | Q(pk__in=_free_at_once(request, now, met)))
+    return availability.find_slots(request, fleet_candidates(claims, now, nodes), SLOTS_SHOWN)
+
+
+def _free_at_once(request: availability.SlotRequest, now: datetime, met: Exists) -> QuerySet[Node]:
+    """The open nodes that no claim meets in the window from `after` and whose GPUs can
+    take the request, best first as `find_slots` ranks their slots (all then, the fewest
+    GPUs left over, then the name in code point order as Python sorts it): SLOTS_SHOWN ids."""
+    current = Q(devices__vanished_at__isnull=True)
+    wanted = current & Q(devices__name__icontains=request.model.strip())
+    if request.min_vram_mib > 0:
+        wanted &= Q(devices__vram_total_mib__gte=request.min_vram_mib)
+    usable = Q(runtime_installed=True) | ~Q(cdi_devices=[])  # gpu.Info.usable
+    return (open_nodes(now).filter(usable, present=True).exclude(met)
+            .annotate(gpus=Count("devices", filter=current), wanted=Count("devices", filter=wanted))
+            .filter(gpus__gt=0, wanted__gte=request.count)
+            .order_by("gpus", Collate("name", "C" if connection.vendor == "postgresql" else "BINARY"))
+            .values("pk")[:SLOTS_SHOWN])

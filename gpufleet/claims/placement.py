@@ -28,12 +28,11 @@ def fleet_placement(request: gpu.PlacementRequest, now=None) -> gpu.Placement:
     return gpu.place(request, fleet_candidates(Claim.objects.in_force(now), now))
 
 
-def fleet_candidates(claims: QuerySet[Claim], now: datetime) -> Iterator[gpu.Candidate]:
-    """Every node as the domain's Candidate, its ledger holding `claims` of the node, in
-    three queries: the nodes, their current GPUs, their claims."""
+def fleet_candidates(claims: QuerySet[Claim], now: datetime, nodes: QuerySet[Node] | None = None) -> Iterator[gpu.Candidate]:
+    """Every node (or those of `nodes`) as the domain's Candidate, its ledger holding
+    `claims` of the node, in three queries: the nodes, their current GPUs, their claims."""
     stale_before = now - offline_after()
-    nodes = Node.objects.annotate(in_maintenance=in_maintenance_flag(now), in_validation=in_validation_flag()).order_by(
-        "name").prefetch_related(
+    nodes = _flagged(Node.objects.all() if nodes is None else nodes, now).order_by("name").prefetch_related(
         Prefetch(
             "devices",
             queryset=Device.objects.filter(vanished_at__isnull=True).order_by("index"),
@@ -53,3 +52,15 @@ def fleet_candidates(claims: QuerySet[Claim], now: datetime) -> Iterator[gpu.Can
         )
         for node in nodes
     )
+
+
+def _flagged(nodes: QuerySet[Node], now: datetime) -> QuerySet[Node]:
+    return nodes.annotate(in_maintenance=in_maintenance_flag(now), in_validation=in_validation_flag())
+
+
+def open_nodes(now: datetime) -> QuerySet[Node]:
+    """The nodes that take new work, in SQL: those whose Candidate (as fleet_candidates
+    makes it) is not `closed()`, so a caller can count them without reading each one."""
+    return _flagged(Node.objects.all(), now).filter(
+        offline=False, in_maintenance=False, in_validation=False, last_seen__gte=now - offline_after(),
+    ).exclude(health=FindingStatus.FAIL)

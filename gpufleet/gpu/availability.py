@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from itertools import accumulate
 
 from gpufleet.gpu.devices import Device
 from gpufleet.gpu.ledger import Claim, Ledger
@@ -55,13 +56,6 @@ def by_index(ledger: Ledger) -> Ledger:
             claim = replace(claim, device_ids=tuple(str(i) for i in sorted(pinned)))
         claims.append(claim)
     return Ledger(ledger.info, claims)
-
-
-def free_of(ledger: Ledger, devices: Iterable[Device]) -> list[Device]:
-    """Those of `devices` that a claim pinning them could take beside the ledger's claims."""
-    if ledger.free < 1:
-        return []
-    return [d for d in devices if ledger.holding(d.index) is None]
 
 
 # --- a calendar: each GPU's hours -------------------------------------------------
@@ -143,46 +137,101 @@ def count_lanes(ledger: Ledger, start: datetime, step: timedelta, slots: int) ->
 # --- free GPUs per model per hour or day ------------------------------------------
 
 
-def free_by_model(ledger: Ledger, edges: list[datetime]) -> dict[str, list[int]]:
-    """For each GPU model of the node, how many of its GPUs are free throughout each
-    bucket [edges[i], edges[i+1]): the fewest free at any instant of it."""
-    models = sorted({d.name for d in ledger.info.devices})
-    counts = {m: [-1] * (len(edges) - 1) for m in models}
-    if not models or len(edges) < 2:
-        return counts
-    for piece in pieces(by_index(ledger), edges[0], edges[-1]):
-        free = _free_per_model(piece.ledger, models)
-        # The buckets the piece meets: those between its first and last wholly inside it
-        # (no other piece meets them), the first and last perhaps shared.
-        first = bisect_right(edges, piece.starts_at) - 1
-        last = bisect_left(edges, piece.ends_at) - 1
-        for m, row in counts.items():
-            if last > first + 1:
-                row[first + 1:last] = [free[m]] * (last - first - 1)
-            for i in (first, last):
-                row[i] = free[m] if row[i] < 0 else min(row[i], free[m])
-    return counts
-
-
-def _free_per_model(ledger: Ledger, models: list[str]) -> dict[str, int]:
-    free = free_of(ledger, ledger.info.devices)
-    # A pinned claim needs the node's free count as well as unheld GPUs (Ledger.fit).
-    return {m: min(ledger.free, sum(1 for d in free if d.name == m)) for m in models}
-
-
-def fleet_free_by_model(candidates: Iterable[Candidate], edges: list[datetime]) -> dict[str, list[int]]:
-    """`free_by_model` summed over the nodes that take new work (Candidate.closed), by model."""
-    # Most nodes' counts repeat another's (no claim in the days shown): each is summed once.
-    seen: Counter[tuple[str, tuple[int, ...]]] = Counter()
+def fleet_free_by_model(candidates: Iterable[Candidate], edges: list[datetime],
+                        unbooked: Mapping[str, int] | None = None) -> dict[str, list[int]]:
+    """For each GPU model, how many GPUs of the nodes that take new work (Candidate.closed)
+    are free throughout each bucket [edges[i], edges[i+1]) (the fewest free at any instant
+    of it), summed over the nodes; plus `unbooked`: per model, the GPUs of open nodes left
+    out of `candidates` because no claim meets the buckets (free throughout; 0 for a node
+    whose GPUs are not present), which a caller may count without reading each node."""
+    totals = _Totals(len(edges) - 1)
+    for model, gpus in (unbooked or {}).items():
+        totals.add_throughout(model, gpus)
     for candidate in candidates:
         if candidate.closed() is None:
-            seen.update((model, tuple(counts)) for model, counts in free_by_model(candidate.ledger, edges).items())
-    total: dict[str, list[int]] = {}
-    for (model, counts), nodes in seen.items():
-        sums = total.setdefault(model, [0] * len(counts))
-        for i, n in enumerate(counts):
-            sums[i] += n * nodes
-    return dict(sorted(total.items()))
+            totals.add(candidate.ledger, edges)
+    return totals.counts()
+
+
+class _Totals:
+    """Free GPUs per model per bucket, summed over nodes. Each node adds what it has
+    free over each span its claims do not change, so its cost follows its claims' starts
+    and ends rather than the buckets: a span's value is added to the buckets it covers
+    whole through a difference array, and a bucket it shares with another span gets the
+    fewest of theirs."""
+
+    def __init__(self, buckets: int) -> None:
+        self.buckets = max(0, buckets)
+        self.steps: dict[str, list[int]] = {}  # per model: differences between consecutive buckets
+
+    def _steps(self, model: str) -> list[int]:
+        return self.steps.setdefault(model, [0] * (self.buckets + 1))
+
+    def add_throughout(self, model: str, gpus: int) -> None:
+        steps = self._steps(model)
+        steps[0] += gpus
+        steps[self.buckets] -= gpus
+
+    def add(self, ledger: Ledger, edges: list[datetime]) -> None:
+        models = sorted({d.name for d in ledger.info.devices})
+        if not ledger.claims or self.buckets == 0:
+            per_model = Counter(d.name for d in ledger.info.devices)
+            for model in models:
+                self.add_throughout(model, per_model[model] if ledger.total else 0)
+            return
+        steps = [self._steps(model) for model in models]
+        shared: dict[tuple[int, int], int] = {}  # (model, bucket) -> the fewest free of the spans meeting it
+        for starts_at, ends_at, free in _free_spans(ledger, models, edges[0], edges[-1]):
+            first = bisect_right(edges, starts_at) - 1
+            last = bisect_left(edges, ends_at) - 1
+            for m, n in enumerate(free):
+                if last > first + 1:
+                    steps[m][first + 1] += n
+                    steps[m][last] -= n
+                for i in (first, last):
+                    shared[m, i] = min(shared.get((m, i), n), n)
+        for (m, i), n in shared.items():
+            steps[m][i] += n
+            steps[m][i + 1] -= n
+
+    def counts(self) -> dict[str, list[int]]:
+        return {model: list(accumulate(steps[:-1])) for model, steps in sorted(self.steps.items())}
+
+
+def _free_spans(ledger: Ledger, models: list[str], start: datetime, end: datetime) -> Iterator[tuple[datetime, datetime, tuple[int, ...]]]:
+    """[start, end) cut wherever a claim starts or ends, each span with the node's free
+    GPUs per model (in the order of `models`): those no claim holds, at most the node's
+    free count, as a pinned claim needs both (Ledger.fit)."""
+    ledger = by_index(ledger)
+    total = ledger.total
+    position = {model: m for m, model in enumerate(models)}
+    of_model = [0] * len(models)
+    models_at: dict[int, list[int]] = {}  # GPU index -> the models of the GPUs of that index
+    for device in ledger.info.devices:
+        of_model[position[device.name]] += 1
+        models_at.setdefault(device.index, []).append(position[device.name])
+    pinned = [{int(i) for i in claim.device_ids} for claim in ledger.claims]
+    inside = {t for c in ledger.claims for t in (c.starts_at, c.ends_at) if t is not None and start < t < end}
+    points = [start, *sorted(inside), end]
+    for a, b in zip(points, points[1:], strict=False):
+        if not a < b:
+            continue
+        in_force = [(c, held) for c, held in zip(ledger.claims, pinned, strict=True) if c.in_force(a)]
+        if any(c.all for c, _ in in_force):
+            free = 0
+            held_gpus: set[int] = set()
+        else:
+            held_gpus = set().union(*(held for _, held in in_force))
+            counted = sum(c.count for c, _ in in_force if not c.device_ids and c.count > 0)
+            free = total - min(total, len(held_gpus) + counted)
+        if free < 1:
+            yield a, b, (0,) * len(models)
+            continue
+        unheld = list(of_model)
+        for index in held_gpus:
+            for m in models_at.get(index, ()):
+                unheld[m] -= 1
+        yield a, b, tuple(min(free, n) for n in unheld)
 
 
 # --- find a slot -------------------------------------------------------------------

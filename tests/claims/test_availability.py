@@ -263,3 +263,66 @@ def test_find_a_slot_takes_a_fixed_number_of_queries(viewer_client, operator, mo
         assert len(slot_rows(html)) == Node.objects.count()
         counts.append(len(queries))
     assert counts[0] == counts[1]
+
+
+# --- the fast paths answer as reading every node would --------------------------------
+
+NAMES = ("alpha", "Beta", "beta-2", "beta_1", "beta.3", "gamma", "Zulu", "zeta", "a-1", "a1", "éclair", "omega")
+MODELS = ("NVIDIA H200", "NVIDIA H100 80GB HBM3")
+
+
+def random_fleet(rng, now) -> None:
+    """Nodes of 0 to 4 GPUs of two models (some vanished), some closed in each way, some
+    without GPUs present or a runtime, with claims of every kind (some in each other's way,
+    as a vanished GPU's return makes them) from before now to past the days shown."""
+    from gpufleet.fleet.models import Device, Maintenance, Validation
+
+    for name in rng.sample(NAMES, rng.randint(4, len(NAMES))):
+        node = Node.objects.create(
+            name=name, present=rng.random() > 0.1, runtime_installed=rng.random() > 0.2,
+            cdi_devices=["nvidia.com/gpu=0"] if rng.random() > 0.5 else [], offline=rng.random() < 0.1,
+            health="fail" if rng.random() < 0.1 else "ok",
+            last_seen=now - timedelta(hours=1 if rng.random() < 0.1 else 0))
+        if rng.random() < 0.1:
+            Maintenance.objects.create(node=node, until=now + timedelta(days=rng.choice((-1, 1))), reason="r")
+        if rng.random() < 0.05:
+            Validation.objects.create(node=node)
+        gpus = rng.randint(0, 4)
+        for i in range(gpus):
+            model = rng.randrange(2)
+            Device.objects.create(node=node, index=i, uuid=f"GPU-{name}-{i}", name=MODELS[model],
+                                  vram_total_mib=(143771, 81559)[model],
+                                  vanished_at=now if rng.random() < 0.1 else None)
+        for k in range(rng.choice((0, 0, 1, 2, 3))):
+            starts_at = now + timedelta(hours=rng.randint(-30, 15 * 24), minutes=rng.choice((0, 30)))
+            ends_at = None if rng.random() < 0.15 else starts_at + timedelta(hours=rng.randint(1, 80))
+            kind = rng.randrange(4)
+            pinned = ([str(rng.randrange(4))], [f"GPU-{name}-{rng.randrange(4)}"], [], [])[kind]
+            Claim.objects.create(node=node, name=f"{name}-{k}", device_ids=pinned, starts_at=starts_at, ends_at=ends_at,
+                                 count=(0, 0, rng.randint(1, 3), 0)[kind])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_fast_paths_answer_as_reading_every_node(seed, monday, monkeypatch):
+    import random
+
+    from gpufleet.claims import availability
+    from gpufleet.claims.placement import fleet_candidates
+    from tests.gpu.test_availability import straightforward_free, straightforward_slots
+
+    rng = random.Random(seed)
+    now = NOW + timedelta(minutes=17)
+    monday.move_to(now)
+    random_fleet(rng, now)
+    for step in availability.STEPS:
+        edges, counts = availability.fleet_free(step, now)
+        every = fleet_candidates(Claim.objects.overlapping(max(edges[0], now), edges[-1]), now)
+        assert counts == straightforward_free(list(every), edges), (seed, step)
+    monkeypatch.setattr(availability, "SLOTS_SHOWN", 3)  # fewer than the nodes free at once
+    for _ in range(12):
+        request = gpu.availability.SlotRequest(
+            after=now + timedelta(hours=rng.choice((0, 0, 5, 30))), duration=timedelta(hours=rng.choice((1, 4, 50))),
+            count=rng.randint(1, 3), model=rng.choice(("", "", "h100", " H200 ")),
+            min_vram_mib=rng.choice((0, 0, 100000)))
+        every = fleet_candidates(Claim.objects.overlapping(request.after, None), now)
+        assert availability.fleet_slots(request, now) == straightforward_slots(request, every, 3), (seed, request)
