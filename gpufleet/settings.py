@@ -344,6 +344,10 @@ GPUFLEET_OFFLINE_ALARM_PERCENT = env_float("GPUFLEET_OFFLINE_ALARM_PERCENT", 10.
 # this many seconds and shared by every view and poll (gpufleet/fleet/summary_keep.py);
 # keep it under the summary's 10 s refresh. 0 computes them for every view.
 GPUFLEET_SUMMARY_MAX_AGE_S = env_float("GPUFLEET_SUMMARY_MAX_AGE_S", 5.0, minimum=0.0)
+# The Free GPUs page's counts and find a slot's answers are computed at most once per this
+# many seconds (per step, per request) and shared by every view; a claim saved, a maintenance
+# window or the hour turning drops them at once. 0 computes them for every view.
+GPUFLEET_AVAILABILITY_MAX_AGE_S = env_float("GPUFLEET_AVAILABILITY_MAX_AGE_S", 30.0, minimum=0.0)
 # Whether the central beat deletes claims past their end (audited, by "system"); off,
 # ended claims are only flagged. An ended claim holds no GPU either way.
 GPUFLEET_RELEASE_EXPIRED = env_bool("GPUFLEET_RELEASE_EXPIRED", False)

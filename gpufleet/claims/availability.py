@@ -1,13 +1,19 @@
 """When GPUs are free, from the stored nodes and their claims: a node's calendar, the
 fleet's free GPUs per model per hour or day, and the earliest slots for N GPUs. The
 answers are the domain's (gpufleet.gpu.availability); this reads what they need, the
-fleet in a fixed number of queries whatever its size (as placement does)."""
+fleet in a fixed number of queries whatever its size (as placement does).
+
+The fleet's answers are kept (`kept_fleet_free`, `kept_fleet_slots`): computed at most once
+per GPUFLEET_AVAILABILITY_MAX_AGE_S and shared by every view, as the overview's summary is,
+and dropped when the site changes a claim, a maintenance window or a diagnostic."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Collate
@@ -15,6 +21,7 @@ from django.utils import timezone
 
 from gpufleet.claims.models import Claim
 from gpufleet.claims.placement import fleet_candidates, open_nodes
+from gpufleet.fleet import summary_keep
 from gpufleet.fleet.models import Device, Node
 from gpufleet.gpu import availability
 
@@ -140,6 +147,24 @@ def fleet_free(step: str, now: datetime | None = None) -> tuple[list[datetime], 
                 .values("name").annotate(gpus=Count("pk", filter=Q(node__present=True))).order_by())
     booked = fleet_candidates(claims, now, Node.objects.filter(met))
     return edges, availability.fleet_free_by_model(booked, edges, {row["name"]: row["gpus"] for row in unbooked})
+
+
+def kept_fleet_free(step: str, now: datetime | None = None) -> tuple[list[datetime], dict[str, list[int]], datetime]:
+    """`fleet_free(step)` as computed at most GPUFLEET_AVAILABILITY_MAX_AGE_S ago, from the
+    same first bucket (a new hour or day computes it again), and when it was computed."""
+    now = now or timezone.now()
+    key = f"free:{step}:{bucket_edges(step, now)[0].isoformat()}"
+    return summary_keep.kept(key, lambda: (*fleet_free(step, now), now), settings.GPUFLEET_AVAILABILITY_MAX_AGE_S)
+
+
+def kept_fleet_slots(request: availability.SlotRequest, now: datetime | None = None) -> tuple[list[availability.Slot], datetime]:
+    """`fleet_slots(request)` as computed at most GPUFLEET_AVAILABILITY_MAX_AGE_S ago, and
+    when it was computed; a request from now (or a time passed) shares the answer from then."""
+    now = now or timezone.now()
+    after = "now" if request.after <= now else request.after.isoformat()
+    terms = repr((after, request.duration.total_seconds(), request.count, request.model, request.min_vram_mib))
+    key = "slots:" + hashlib.sha256(terms.encode()).hexdigest()  # any cache backend takes it
+    return summary_keep.kept(key, lambda: (fleet_slots(request, now), now), settings.GPUFLEET_AVAILABILITY_MAX_AGE_S)
 
 
 def fleet_slots(request: availability.SlotRequest, now: datetime | None = None) -> list[availability.Slot]:

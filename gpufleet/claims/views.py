@@ -368,8 +368,9 @@ def calendar(request: HttpRequest, name: str) -> HttpResponse:
 def fleet_availability(request: HttpRequest) -> HttpResponse:
     """For each GPU model, how many GPUs are free in each hour (or ?step=day) of the next days."""
     step = request.GET.get("step") if request.GET.get("step") in availability.STEPS else availability.STEPS[0]
-    edges, counts = availability.fleet_free(step)
+    edges, counts, as_of = availability.kept_fleet_free(step)
     context = {
+        "as_of": as_of,
         "step": step,
         "steps": availability.STEPS,
         "buckets": edges[:-1],
@@ -388,9 +389,9 @@ def find_slot(request: HttpRequest) -> HttpResponse:
     gets the answer's partial alone."""
     form = SlotForm(request.GET if request.GET else None)
     now = timezone.now()
-    slots = availability.fleet_slots(form.slot_request(now), now) if form.is_valid() else None
+    slots, as_of = availability.kept_fleet_slots(form.slot_request(now), now) if form.is_valid() else (None, None)
     rows = [(slot, book_url(slot.node, slot.device_ids, slot.starts_at, slot.ends_at, now)) for slot in slots or ()]
-    context = {"slot_form": form, "slots": slots, "rows": rows, "zone": timezone.get_current_timezone_name()}
+    context = {"slot_form": form, "slots": slots, "rows": rows, "as_of": as_of, "zone": timezone.get_current_timezone_name()}
     return render_page(request, "claims/slots.html", context, partial="slot-result")
 
 

@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext, override_settings
+from django.utils import timezone
 
 from gpufleet import gpu
 from gpufleet.claims import services
@@ -168,7 +169,8 @@ def test_free_gpus_per_model_by_the_hour_and_by_the_day(viewer_client, operator,
     assert [int(n) for n in re.findall(r"<td[^>]*>(\d+)</td>", days)][:3] == [4, 2, 4]
 
 
-def test_the_fleets_free_gpus_take_a_fixed_number_of_queries(viewer_client, operator, monday):
+def test_the_fleets_free_gpus_take_a_fixed_number_of_queries(viewer_client, operator, monday, settings):
+    settings.GPUFLEET_AVAILABILITY_MAX_AGE_S = 0  # computed at each view
     counts = []
     for size in (1, 6):
         for i in range(size):
@@ -252,7 +254,8 @@ def test_nothing_fits(viewer_client, monday):
     assert "No node that takes new claims has that many such GPUs free for that long." in html
 
 
-def test_find_a_slot_takes_a_fixed_number_of_queries(viewer_client, operator, monday):
+def test_find_a_slot_takes_a_fixed_number_of_queries(viewer_client, operator, monday, settings):
+    settings.GPUFLEET_AVAILABILITY_MAX_AGE_S = 0  # computed at each view
     counts = []
     for size in (1, 6):
         for i in range(size):
@@ -263,6 +266,66 @@ def test_find_a_slot_takes_a_fixed_number_of_queries(viewer_client, operator, mo
         assert len(slot_rows(html)) == Node.objects.count()
         counts.append(len(queries))
     assert counts[0] == counts[1]
+
+
+# --- kept answers -----------------------------------------------------------------
+
+
+def free_h200(client, step="hour") -> list[int]:
+    html = client.get("/claims/availability/", {"step": step}).content.decode()
+    row = re.findall(r'<th scope="row">NVIDIA H200</th>(.*?)</tr>', html, re.S)
+    return [int(n) for n in re.findall(r"<td[^>]*>(\d+)</td>", row[0])] if row else []
+
+
+def slot_nodes(client, **query) -> list[str]:
+    return [row[0] for row in slot_rows(client.get("/claims/slots/", {"duration_hours": "1", **query}).content.decode())]
+
+
+def test_views_within_the_max_age_share_the_answers_and_say_when_they_were_computed(viewer_client, monday, settings):
+    settings.GPUFLEET_AVAILABILITY_MAX_AGE_S = 30
+    make_node("alpha", 2)
+    assert free_h200(viewer_client)[0] == 2 and slot_nodes(viewer_client, count="1") == ["alpha"]
+    make_node("beta", 2)  # ingest drops nothing: shown within the max age
+    monday.shift(29)
+    html = viewer_client.get("/claims/availability/").content.decode()
+    as_of = timezone.localtime(NOW)
+    assert f'As of <time datetime="{as_of.isoformat()}">{as_of:%H:%M:%S}</time>' in html
+    assert free_h200(viewer_client)[0] == 2 and slot_nodes(viewer_client, count="1") == ["alpha"]
+    assert slot_nodes(viewer_client, count="2") == ["alpha", "beta"], "another request, another answer"
+    monday.shift(2)
+    assert free_h200(viewer_client)[0] == 4 and slot_nodes(viewer_client, count="1") == ["alpha", "beta"]
+
+
+def test_a_claim_saved_on_the_site_drops_the_kept_answers(viewer_client, operator, monday, settings,
+                                                          django_capture_on_commit_callbacks):
+    settings.GPUFLEET_AVAILABILITY_MAX_AGE_S = 30
+    node = make_node("alpha", 2)
+    assert free_h200(viewer_client)[0] == 2 and slot_nodes(viewer_client, count="2") == ["alpha"]
+    with django_capture_on_commit_callbacks(execute=True):
+        book(node, "train", operator, None, TUESDAY_9, gpus=(0,))
+    assert free_h200(viewer_client)[0] == 1
+    assert slot_nodes(viewer_client, count="2") == ["alpha"]  # from Tuesday 09:00 now
+    html = viewer_client.get("/claims/slots/", {"count": "2", "duration_hours": "1"}).content.decode()
+    assert slot_rows(html)[0][2] == TUESDAY_9.isoformat()
+
+
+def test_the_hour_turning_computes_the_free_gpus_again(viewer_client, monday, settings):
+    settings.GPUFLEET_AVAILABILITY_MAX_AGE_S = 3600
+    make_node("alpha", 2)
+    first = viewer_client.get("/claims/availability/").content.decode()
+    monday.shift(timedelta(hours=1))
+    make_node("alpha", 2)  # still reporting; ingest drops nothing
+    later = viewer_client.get("/claims/availability/").content.decode()
+    starts = [re.search(r'<thead>.*?<time datetime="([^"]+)"', html, re.S).group(1) for html in (first, later)]
+    assert starts == [NOW.isoformat(), (NOW + timedelta(hours=1)).isoformat()]
+
+
+def test_a_max_age_of_zero_keeps_nothing(viewer_client, monday, settings):
+    settings.GPUFLEET_AVAILABILITY_MAX_AGE_S = 0
+    make_node("alpha", 2)
+    assert free_h200(viewer_client)[0] == 2 and slot_nodes(viewer_client, count="1") == ["alpha"]
+    make_node("beta", 2)
+    assert free_h200(viewer_client)[0] == 4 and slot_nodes(viewer_client, count="1") == ["alpha", "beta"]
 
 
 # --- the fast paths answer as reading every node would --------------------------------

@@ -24,7 +24,7 @@ PAGES = ("overview", "node_table_fragment", "node_page", "node_page_24h", "overv
          "overview_health_ok", "overview_health_warn", "overview_health_fail", "overview_health_offline",
          "overview_problems", "overview_attach_cdi", "overview_attach_legacy", "overview_driver",
          "overview_offline_yes", "overview_offline_no", "claims_list", "claims_search", "claims_use", "free_gpus",
-         "find_slot", "node_calendar", "events_list",
+         "find_slot", "free_gpus_computed", "find_slot_computed", "node_calendar", "events_list",
          "audit_log", "api_nodes", "api_claims", "api_events", "admin_changelist")
 EXPORTS = ("report_csv", "report_json", "report_md")
 USAGE_GROUPINGS = ("owner", "image", "claim")
