@@ -24,6 +24,7 @@ urlpatterns = [
     path("api/", include("gpufleet.api.urls")),
     path("tokens/", include("gpufleet.api.token_urls")),
     path("claims/", include("gpufleet.claims.urls")),
+    path("teams/", include("gpufleet.teams.urls")),
     path("alerts/", include("gpufleet.alerts.urls")),
     path("usage/", include("gpufleet.usage.urls")),
     path("", include("gpufleet.jobs.urls")),

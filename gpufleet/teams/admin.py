@@ -8,15 +8,7 @@ from django.contrib import admin
 
 from gpufleet.audit.models import record
 from gpufleet.teams.models import Membership, Team
-
-
-def team_state(team: Team) -> dict:
-    rows = team.memberships.select_related("user").order_by("user__username")
-    return {
-        "name": team.name,
-        "members": [row.user.get_username() for row in rows],
-        "leads": [row.user.get_username() for row in rows if row.lead],
-    }
+from gpufleet.teams.services import team_state
 
 
 class MembershipInline(admin.TabularInline):

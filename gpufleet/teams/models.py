@@ -6,11 +6,32 @@ from django.conf import settings
 from django.db import models
 from django.db.models.functions import Lower
 
+from gpufleet.core.access import MANAGE_USERS, can
+
+
+def administers_teams(user) -> bool:
+    """The admin role (through its user management permission, which an active superuser
+    has too): makes and changes teams, reads every team, books for every team and changes
+    every claim (gpufleet/claims/rights.py)."""
+    return can(user, MANAGE_USERS)
+
+
+class TeamQuerySet(models.QuerySet):
+    def visible_to(self, user) -> TeamQuerySet:
+        """The teams a person may read: their own; every team for admins."""
+        if administers_teams(user):
+            return self.all()
+        if not (user and user.is_authenticated):
+            return self.none()
+        return self.filter(memberships__user=user)
+
 
 class Team(models.Model):
     name = models.CharField(max_length=100)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TeamQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]
