@@ -3,8 +3,9 @@ other claims inside one transaction that holds the node row locked, so two
 admins saving at once cannot double-book a GPU; every change is audited.
 
 Everything that can refuse a change raises a `ClaimError` with a stable `code`
-(the ledger's machine codes plus name_taken, maintenance, validation, stale, gone and version_required) and a sentence for
-people, so the editor and the API report the same reasons the same way."""
+(the ledger's machine codes plus name_taken, maintenance, validation, stale, gone, version_required
+and forbidden) and a sentence for people, so the editor and the API report the same reasons
+the same way. Who may book and change what is `gpufleet.claims.rights`, asked here."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from django.utils import timezone
 
 from gpufleet import gpu
 from gpufleet.audit.models import record
+from gpufleet.claims import rights
 from gpufleet.claims.models import Claim
 from gpufleet.events import services as events
 from gpufleet.fleet import maintenance, summary_keep
@@ -81,11 +83,18 @@ class SeriesRejected(ClaimError):
         self.conflicts = conflicts
 
 
+class NotAllowed(ClaimError):
+    """The person may not make this change (gpufleet.claims.rights)."""
+
+    code = "forbidden"
+
+
 @dataclass(frozen=True)
 class Terms:
-    """Who answers for a claim and its window; nothing here decides whether it fits."""
+    """Who answers for a claim, its team and its window; nothing here decides whether it fits."""
 
     owner: object = None  # a user, or None for nobody
+    team: object = None  # a Team; None: the edited claim's, or the person's only team
     contact: str = ""
     starts_at: datetime | None = None  # None: now
     ends_at: datetime | None = None  # None: no end
@@ -248,6 +257,45 @@ def check_name(node: Node, name: str, editing: Claim | None = None) -> ClaimErro
     return NameTaken(name, node.name) if others.exists() else None
 
 
+def _person(user) -> bool:
+    # The system's own changes (expiry, idle release, tests' set-up) come with no user.
+    return user is not None and user.is_authenticated
+
+
+def allowed_team(user, editing: Claim | None, terms: Terms | None):
+    """The claim's team after the save, once `user` may make it (rights): the terms'
+    team, else the edited claim's, else the person's only team. Raises NotAllowed, or
+    BadTerms for a team to choose or an owner outside the team. The system is not asked.
+    The editor asks it for inline validation; `save_claim` again under the node lock."""
+    team = (terms.team if terms is not None else None) or (editing.team if editing is not None else None)
+    if not _person(user):
+        return team
+    person = rights.of(user)
+    if team is None and person.may_book_somewhere():
+        team, choices = rights.default_team(person)
+        if team is None:
+            named = ", ".join(choices[:rights.CHOICES_SHOWN]) + (", ..." if len(choices) > rights.CHOICES_SHOWN else "")
+            raise BadTerms("team", f"say which team the claim is for: {named}" if choices else "there is no team to book for yet")
+    if terms is not None:
+        owner = terms.owner
+    else:
+        owner = editing.owner if editing is not None else user
+    reason = rights.refusal(person, user, editing, team, owner)
+    if reason is not None:
+        raise NotAllowed(reason)
+    moved = editing is None or editing.team_id != team.pk
+    given = editing is None or (owner.pk if owner is not None else None) != editing.owner_id
+    if owner is not None and owner != user and (moved or given) and not rights.is_member(team, owner):
+        raise BadTerms("owner", f"{owner.get_username()} is not a member of team {team.name}")
+    return team
+
+
+def check_release(claim: Claim, user) -> None:
+    """Raises NotAllowed unless `user` may release `claim` (the system may)."""
+    if _person(user) and (reason := rights.release_refusal(rights.of(user), claim)) is not None:
+        raise NotAllowed(reason)
+
+
 def is_stale(claim: Claim, expected_updated_at: datetime | None) -> bool:
     """Whether the claim was saved since the editor read it at `expected_updated_at`."""
     return expected_updated_at is not None and claim.updated_at != expected_updated_at
@@ -263,7 +311,7 @@ def save_claim(
 ) -> Claim:
     """Create or (with `editing`) replace a claim, over the window its `terms` give
     (`window`). Without `terms` a new claim is owned by `user`, starts now and has no
-    end; an edited one keeps its own. Raises NameTaken,
+    end; an edited one keeps its own. Its team: `allowed_team`. Raises NotAllowed, NameTaken,
     BadName, BadTerms, ClaimRejected, InMaintenance (a new claim on a node in
     maintenance or validation), StaleClaim (the claim changed after
     `expected_updated_at`) or ClaimGone. The editor and the API always pass
@@ -283,6 +331,7 @@ def save_claim(
                     raise ClaimGone() from None
                 if is_stale(editing, expected_updated_at):
                     raise StaleClaim()
+            team = allowed_team(user, editing, terms)
             if editing is None and (closed := maintenance.closed_to_claims(locked)) is not None:
                 raise InMaintenance(closed)
             taken = check_name(locked, proposed.name, editing)
@@ -300,6 +349,7 @@ def save_claim(
             claim.device_ids = list(proposed.device_ids)
             claim.missing_devices = []
             claim.starts_at, claim.ends_at = starts_at, ends_at
+            claim.team = team
             if terms is not None:
                 claim.owner, claim.contact = terms.owner, terms.contact
             elif editing is None:
@@ -365,12 +415,13 @@ def save_series(node: Node, proposed: gpu.Claim, user, terms: Terms, rule: str) 
     saved = []
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=node.pk)
+        team = allowed_team(user, None, terms)
         if (closed := maintenance.closed_to_claims(locked)) is not None:
             raise InMaintenance(closed)
         creator = user if user and user.is_authenticated else None
         for occurrence in plan_series(locked, proposed, terms, rule):
             claim = Claim.objects.create(
-                node=locked, created_by=creator, name=occurrence.name,
+                node=locked, team=team, created_by=creator, name=occurrence.name,
                 count=proposed.count if not proposed.device_ids else 0, device_ids=list(proposed.device_ids),
                 starts_at=occurrence.starts_at, ends_at=occurrence.ends_at,
                 owner=terms.owner, contact=terms.contact, series=series,
@@ -383,7 +434,7 @@ def save_series(node: Node, proposed: gpu.Claim, user, terms: Terms, rule: str) 
 
 def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None,
                  reason: str = "as it had ended") -> None:
-    """Delete a claim. Raises StaleClaim (changed after `expected_updated_at`) or ClaimGone.
+    """Delete a claim. Raises StaleClaim (changed after `expected_updated_at`), ClaimGone or NotAllowed.
     `user` None is the system (the audit log shows "system"; its claim-released event
     gives `reason`). As for save_claim, people's deletes always pass `expected_updated_at`."""
     with transaction.atomic():
@@ -394,6 +445,7 @@ def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None
             raise ClaimGone() from None
         if is_stale(claim, expected_updated_at):
             raise StaleClaim("delete")
+        check_release(claim, user)
         before = claim.as_audit_dict()
         claim.delete()
         _store_reserved(locked)

@@ -111,15 +111,15 @@ def test_it_lists_in_fixed_queries(viewer_client, operator, django_assert_num_qu
     for n in range(nodes):
         node = make_node(f"node-{n}", 4)
         Claim.objects.bulk_create(Claim(node=node, name=f"c{i}", count=1, created_by=operator) for i in range(per_node))
-    # session, user, user perms, group perms, count, page (with node, creator and owner),
-    # owner names; never the names of the nodes holding claims
-    with django_assert_num_queries(7):
+    # session, user, user perms, group perms, the viewer's teams (rights), count, page (with
+    # node, team, creator and owner), owner names; never the names of the nodes holding claims
+    with django_assert_num_queries(8):
         response = viewer_client.get("/claims/")
     html = response.content.decode()
     assert len(_rows(html)) == min(50, nodes * per_node)
     assert '<option value="node-0"' not in html
     # The fragment does not draw the form, so it skips the owner names.
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         response = viewer_client.get("/claims/?node=node-0", **HTMX)
     assert len(_rows(response.content.decode())) == per_node
 
@@ -131,7 +131,7 @@ def test_it_names_pinned_gpus_in_fixed_queries(viewer_client, operator, django_a
         Claim.objects.bulk_create(Claim(node=node, name=f"c{i}", device_ids=[uuid(node, i)], created_by=operator)
                                   for i in range(per_node))
     # As above, and the current GPUs of the listed nodes, once for the page.
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(9):
         response = viewer_client.get("/claims/")
     html = response.content.decode()
     assert len(_rows(html)) == nodes * per_node and html.count(">GPU 0</span>") == nodes
