@@ -94,10 +94,10 @@ class Terms:
     """Who answers for a claim, its team and its window; nothing here decides whether it fits."""
 
     owner: object = None  # a user, or None for nobody
-    team: object = None  # a Team; None: the edited claim's, or the person's only team
     contact: str = ""
     starts_at: datetime | None = None  # None: now
     ends_at: datetime | None = None  # None: no end
+    team: object = None  # a Team; None: the edited claim's, or the person's only team
 
 
 class InMaintenance(ClaimError):

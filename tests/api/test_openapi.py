@@ -58,7 +58,7 @@ def test_it_serves_the_schema_listing_every_endpoint(viewer_client):
     post = schema["paths"]["/api/nodes/{name}/claims/"]["post"]
     assert post["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ClaimIn"}
     assert set(schema["components"]["schemas"]["ClaimIn"]["properties"]) == {
-        "name", "count", "device_ids", "owner", "contact", "starts_at", "ends_at", "repeat"
+        "name", "count", "device_ids", "owner", "team", "contact", "starts_at", "ends_at", "repeat"
     }
     assert "page" in {p["name"] for p in schema["paths"]["/api/nodes/"]["get"]["parameters"]}
     placement = {p["name"] for p in schema["paths"]["/api/placement"]["get"]["parameters"]}
