@@ -24,7 +24,7 @@ from ninja.parser import Parser
 from ninja.responses import Response
 
 from gpufleet import gpu
-from gpufleet.api import alerts, maintenance, serializers, usage
+from gpufleet.api import alerts, maintenance, serializers, teams, usage
 from gpufleet.api.auth import Refused, SessionAuth, TokenAuth
 from gpufleet.api.errors import ApiError, answer, error, errors, unsupported_media_type
 from gpufleet.api.pagination import Pages
@@ -134,6 +134,8 @@ api.add_router("/", alerts.router)
 api.add_router("/", maintenance.router)
 # GPU usage by owner, claim, image, label, node or model (gpufleet/api/usage.py).
 api.add_router("/", usage.router)
+# Teams: members read their own, admins write (gpufleet/api/teams.py).
+api.add_router("/", teams.router)
 
 
 # An answer holds the keys its serializer wrote: one it leaves out (a finding's `fix`

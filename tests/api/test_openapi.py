@@ -42,6 +42,8 @@ ENDPOINTS = {
     "/api/nodes/{name}/maintenance/validation/": {"delete"},
     "/api/deliveries/": {"get"},
     "/api/usage/": {"get"},
+    "/api/teams/": {"get", "post"},
+    "/api/teams/{name}/": {"get", "patch", "delete"},
 }
 
 
@@ -141,6 +143,12 @@ ANSWERS = {
     ("/api/deliveries/", "get"): {200, 400, 401, 403, 404},
     # Usage (gpufleet/api/usage.py): one report, not a list, so no page to be past.
     ("/api/usage/", "get"): {200, 400, 401, 403},
+    # Teams (gpufleet/api/teams.py): members read their own, admins write.
+    ("/api/teams/", "get"): {200, 400, 401, 403},
+    ("/api/teams/", "post"): {201, 400, 401, 403, 415, 422},
+    ("/api/teams/{name}/", "get"): {200, 401, 403, 404},
+    ("/api/teams/{name}/", "patch"): {200, 400, 401, 403, 404, 415, 422},
+    ("/api/teams/{name}/", "delete"): {204, 401, 403, 404, 409},
 }
 ERROR = {"$ref": "#/components/schemas/Error"}
 
