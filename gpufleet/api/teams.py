@@ -59,7 +59,7 @@ class TeamOut(Out):
 
 def team(row: Team) -> dict:
     """A team as answered; reads `row.memberships` as prefetched (`_rows`)."""
-    people = sorted(((m.user.get_username(), m.lead) for m in row.memberships.all()))
+    people = sorted((m.user.get_username(), m.lead) for m in row.memberships.all())
     return {"name": row.name, "members": [name for name, _ in people], "leads": [name for name, lead in people if lead]}
 
 

@@ -141,14 +141,15 @@ class ClaimForm(forms.Form):
             teams = teams | Team.objects.filter(pk=editing.team_id)  # kept even when its editor may not book for it
         field = self.fields["team"]
         field.queryset = teams.distinct()
-        choices = list(field.queryset[:2])
-        if len(choices) == 1:
+        offered = list(field.queryset)
+        if len(offered) == 1:
             # One team to book for: theirs, shown as text (the template reads `only_team`).
-            self.only_team = choices[0]
+            self.only_team = offered[0]
             field.widget = forms.HiddenInput()
-            field.initial = choices[0].name
+            field.initial = offered[0].name
         else:
             self.only_team = None
+            field.choices = [(team.name, team.name) for team in offered]  # read once, however often drawn
         if editing is not None and editing.team_id is not None and not self.is_bound:
             self.initial["team"] = editing.team.name
 

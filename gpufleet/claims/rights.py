@@ -53,7 +53,7 @@ NOBODY = Rights()
 def of(user) -> Rights:
     if not can(user, VIEW):
         return NOBODY
-    teams = dict(Membership.objects.filter(user=user).values_list("team_id", "lead"))
+    teams = dict(Membership.objects.filter(user=user).order_by().values_list("team_id", "lead"))
     return Rights(user_id=user.pk, admin=administers_teams(user), operator=can(user, EDIT_CLAIMS), teams=teams)
 
 

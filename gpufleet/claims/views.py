@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import prefetch_related_objects
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -63,7 +64,8 @@ def claims_panel_context(request, node: Node, form: ClaimForm | None = None, not
     if not can(request.user, VIEW):
         raise PermissionDenied("your role may not view")
     devices = node.current_devices()
-    claims = list(node.claims.select_related("team"))
+    claims = list(node.claims.all())
+    prefetch_related_objects(claims, "team")  # none to read when the node page read them
     now = timezone.now()
     ledger = node.ledger(devices=devices, claims=[c for c in claims if c.in_force(now)])
     person = rights.of_request(request)
