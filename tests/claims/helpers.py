@@ -55,6 +55,12 @@ def claim(node: Node, name: str, user=None, count: int = 0, device_ids=(), team:
     return services.save_claim(node, gpu.Claim(name=name, count=count, device_ids=tuple(device_ids)), user, terms=terms)
 
 
+def save_owned(node: Node, proposed: gpu.Claim, owner) -> Claim:
+    """`proposed` saved by the system for the team lab, owned by `owner`: the set-up of tests
+    about what an owner is told or charged, not about who may book (tests/claims/test_rights.py)."""
+    return services.save_claim(node, proposed, None, terms=services.Terms(owner=owner, team=lab_team()))
+
+
 def uuid(node: Node, index: int) -> str:
     return gpu_uuid(node.name, index)
 

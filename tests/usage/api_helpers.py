@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from gpufleet import gpu
 from gpufleet.fleet.models import Node
 from gpufleet.ingest.services import ingest_snapshots
 from gpufleet.usage import record, rollup
 from gpufleet.usage.models import UsageFiveMinutes, UsageHour
-from tests.claims.helpers import claim
+from tests.claims.helpers import claim, save_owned
 from tests.factories import snapshot
 
 DAY = "2025-03-04"
@@ -63,5 +64,5 @@ def ingested_day(otto, vera) -> None:
         assert {r.outcome for r in ingest_snapshots([alpha, beta])} == {"accepted"}
         if step == 0:
             claim(Node.objects.get(name="alpha"), "train", otto, count=2)
-            claim(Node.objects.get(name="beta"), "notebooks", vera)
+            save_owned(Node.objects.get(name="beta"), gpu.Claim("notebooks"), vera)  # vera is in no team
     rollup.roll(TEN + timedelta(hours=2, minutes=5))

@@ -18,6 +18,7 @@ from gpufleet.events.models import Event, Kind
 from gpufleet.fleet.models import Node
 from gpufleet.usage import monthly, rollup, tasks
 from gpufleet.usage.models import MonthlyReport
+from tests.claims.helpers import save_owned
 from tests.usage.owner_mail import SITE, STEP, mail_fixture, port_of, quiet  # noqa: F401 (the mail fixture)
 
 pytestmark = pytest.mark.django_db
@@ -41,7 +42,7 @@ def march(settings, operator, viewer):
         quiet("alpha", 2, START, busy=True)
         quiet("beta", 1, START)
         claims.save_claim(Node.objects.get(name="alpha"), gpu.Claim("train", count=1), operator)
-        claims.save_claim(Node.objects.get(name="beta"), gpu.Claim("notebooks", count=1), viewer)
+        save_owned(Node.objects.get(name="beta"), gpu.Claim("notebooks", count=1), viewer)
     moment = START + STEP
     while moment < APRIL:
         with at(moment):

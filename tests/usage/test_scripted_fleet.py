@@ -29,6 +29,7 @@ from gpufleet.fleet.models import Node
 from gpufleet.ingest.services import ingest_snapshots
 from gpufleet.usage import report, rollup, tasks
 from gpufleet.usage.models import UsageFiveMinutes, UsageHour
+from tests.claims.helpers import save_owned
 from tests.factories import snapshot
 
 pytestmark = pytest.mark.django_db
@@ -304,7 +305,7 @@ def _apply(what: str, node: str | None, claim, user: str) -> None:
     users = get_user_model().objects
     if what == "claim":
         owner = users.get(username=user)
-        claims.save_claim(Node.objects.get(name=node), claim, owner)
+        save_owned(Node.objects.get(name=node), claim, owner)
     elif what == "delete claim":
         claims.delete_claim(Claim.objects.get(node__name=node, name=claim), None)
     else:
