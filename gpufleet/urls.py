@@ -6,9 +6,11 @@ from django.urls import include, path
 
 from gpufleet.api import feeds
 from gpufleet.api.metrics import metrics_view
+from gpufleet.claims import team_page
 from gpufleet.fleet import views as fleet_views
 from gpufleet.sso import oidc
 from gpufleet.sso import views as sso_views
+from gpufleet.teams import urls as teams_urls
 
 urlpatterns = [
     path("accounts/login/", sso_views.SignInView.as_view(), name="login"),
@@ -27,6 +29,8 @@ urlpatterns = [
     # A calendar feed: no login, its secret in the URL (gpufleet/api/feeds.py).
     path("calendar/<str:secret>.ics", feeds.feed, name="calendar_feed"),
     path("claims/", include("gpufleet.claims.urls")),
+    path("teams/", include((teams_urls.urlpatterns + [path("<str:name>/", team_page.team_detail, name="detail")],
+                            teams_urls.app_name))),
     path("alerts/", include("gpufleet.alerts.urls")),
     path("usage/", include("gpufleet.usage.urls")),
     path("", include("gpufleet.jobs.urls")),

@@ -1,4 +1,5 @@
-"""Shared fixtures: the host fakes, three personas (viewer, operator, admin) and
+"""Shared fixtures: the host fakes, three personas (viewer, operator, admin; the last two
+in the team "lab") and
 the rule that a missing service skips on a developer's machine but fails in CI."""
 
 from __future__ import annotations
@@ -133,18 +134,31 @@ def _persona(django_user_model, username: str, role: str | None):
 
 
 @pytest.fixture
+def lab(db):
+    """The team the operator and the admin are in (and book for by default); the viewer
+    is in none, so reads only (gpufleet/claims/rights.py)."""
+    from tests.claims.helpers import lab_team
+
+    return lab_team()
+
+
+@pytest.fixture
 def viewer(db, django_user_model):
     return _persona(django_user_model, "vera", "viewer")
 
 
 @pytest.fixture
-def operator(db, django_user_model):
-    return _persona(django_user_model, "otto", "operator")
+def operator(lab, django_user_model):
+    otto = _persona(django_user_model, "otto", "operator")
+    lab.memberships.create(user=otto)
+    return otto
 
 
 @pytest.fixture
-def admin_user(db, django_user_model):
-    return _persona(django_user_model, "ada", "admin")
+def admin_user(lab, django_user_model):
+    ada = _persona(django_user_model, "ada", "admin")
+    lab.memberships.create(user=ada)
+    return ada
 
 
 @pytest.fixture

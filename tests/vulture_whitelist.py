@@ -247,6 +247,8 @@ started_at  # gpufleet/jobs/models.py
 _.active  # gpufleet/core/filters.py
 _.after_text  # gpufleet/claims/views.py
 _.before_text  # gpufleet/claims/views.py
+_.may_change  # gpufleet/claims/views.py
+_.only_team  # gpufleet/claims/forms.py
 _.duration  # gpufleet/events/models.py
 _.kind_labels  # gpufleet/alerts/models.py
 _.is_open  # gpufleet/events/models.py

@@ -5,8 +5,9 @@
 - the site's session cookie, for the pages' own calls and for scripts that log in like a
   browser. Writes keep Django's CSRF check, since a browser sends the cookie on its own.
 
-Either way the caller then needs `can(user, VIEW)` to read and `can(user, EDIT_CLAIMS)` to
-write (gpufleet.core.access, like the pages), and a read-scope token never writes."""
+Either way the caller needs `can(user, VIEW)` (gpufleet.core.access, like the pages), and a
+read-scope token never writes. What a write may change is then the endpoint's to say, as on
+the pages: claims by gpufleet.claims.rights, alerts and maintenance by their roles."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from ninja.utils import check_csrf
 
 from gpufleet.api.errors import ApiError
 from gpufleet.api.models import ApiToken
-from gpufleet.core.access import EDIT_CLAIMS, VIEW, can
+from gpufleet.core.access import VIEW, can
 
 READS = ("GET", "HEAD")
 
@@ -64,10 +65,9 @@ class SessionAuth(APIKeyCookie):
 
 
 def _authorize(request: HttpRequest, user, may_write: bool) -> None:
-    action = VIEW if request.method in READS else EDIT_CLAIMS
-    if not can(user, action):
-        raise ApiError(403, "forbidden", f"your role may not {action.replace('_', ' ')}")
-    if action == EDIT_CLAIMS and not may_write:
+    if not can(user, VIEW):
+        raise ApiError(403, "forbidden", "your role may not view")
+    if request.method not in READS and not may_write:
         raise ApiError(403, "forbidden", "this API token may only read")
 
 

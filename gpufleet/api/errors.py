@@ -9,15 +9,17 @@ from pydantic import Field
 
 from gpufleet.claims import services
 
-# A refused claim change, by its stable code: 422 when the claim itself is wrong, 404 when
-# it is gone, 428 Precondition Required when an edit or delete lacks the claim's version
-# (RFC 6585: the status for refusing changes that could be lost updates), 403 when someone
-# but an admin asks to book over a team's quota, 409 (any other code, quota_exceeded
-# included) when it conflicts with the node's state, other claims or the team's quotas.
+# A refused claim change, by its stable code: 422 when the claim itself is wrong, 403 when
+# the caller may not make it (gpufleet.claims.rights; an admin's reason to book over a team's
+# quota from anyone else included), 404 when it is gone, 428 Precondition Required when an edit
+# or delete lacks the claim's version (RFC 6585: the status for refusing changes that could be
+# lost updates), 409 (any other code, quota_exceeded included) when it conflicts with the
+# node's state, other claims or the team's quotas.
 CLAIM_STATUS = {
     "unknown_device": 422,
     "duplicate_device": 422,
     "invalid": 422,
+    services.NotAllowed.code: 403,
     services.ClaimGone.code: 404,
     services.VersionRequired.code: 428,
     services.OverrideRefused.code: 403,

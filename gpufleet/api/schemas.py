@@ -52,6 +52,9 @@ class ClaimIn(Schema):
     # a replaced one keeps its own. `owner` is a username (null: nobody); `starts_at` and
     # `ends_at` are ISO 8601 with a time zone (starts_at null: now; ends_at null: no end).
     owner: str | None = None
+    team: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)] | None = Field(
+        None, description="the team's name; omitted: a replaced claim keeps its team, a new one is for the "
+                          "caller's only team (422 naming the teams to choose from when they are in several)")
     contact: Annotated[str, StringConstraints(max_length=Claim._meta.get_field("contact").max_length)] = ""
     starts_at: datetime | None = None
     ends_at: datetime | None = None
@@ -188,6 +191,7 @@ class ClaimOut(Out):
     missing_devices: list[str] = Field(description="named GPUs the node no longer reports")
     created_by: str | None
     owner: str | None
+    team: str | None = Field(description="the team the claim is for; null only for rows written by the system")
     contact: str
     starts_at: Time = _time("when the claim starts holding its GPUs")
     ends_at: Time = _time("when it stops holding them; null: no end")

@@ -90,7 +90,7 @@ def event(e: Event) -> dict:
 
 
 def claim(c: Claim) -> dict:
-    """A claim; `mode` is count, all or devices. Needs c.node, c.created_by and c.owner loaded."""
+    """A claim; `mode` is count, all or devices. Needs c.node, c.created_by, c.owner and c.team loaded."""
     return {
         "id": c.pk,
         "node": c.node.name,
@@ -101,6 +101,7 @@ def claim(c: Claim) -> dict:
         "missing_devices": list(c.missing_devices),
         "created_by": c.created_by.get_username() if c.created_by else None,
         "owner": c.owner.get_username() if c.owner else None,
+        "team": c.team.name if c.team else None,
         "contact": c.contact,
         "starts_at": _time(c.starts_at),
         "ends_at": _time(c.ends_at),

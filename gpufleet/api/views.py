@@ -27,7 +27,7 @@ from ninja.parser import Parser
 from ninja.responses import Response
 
 from gpufleet import gpu
-from gpufleet.api import alerts, feeds, maintenance, serializers, usage
+from gpufleet.api import alerts, feeds, maintenance, serializers, teams, usage
 from gpufleet.api.auth import Refused, SessionAuth, TokenAuth
 from gpufleet.api.errors import ApiError, answer, error, errors, unsupported_media_type
 from gpufleet.api.pagination import Pages
@@ -46,7 +46,7 @@ from gpufleet.api.schemas import (
     SeriesOut,
     filter_query,
 )
-from gpufleet.claims import services
+from gpufleet.claims import rights, services
 from gpufleet.claims.availability import fleet_slots
 from gpufleet.claims.filters import ClaimFilter
 from gpufleet.claims.models import Claim
@@ -56,6 +56,7 @@ from gpufleet.events.models import Event
 from gpufleet.fleet.filters import NodeFilter
 from gpufleet.fleet.models import Node
 from gpufleet.gpu import availability as gpu_availability
+from gpufleet.teams.models import Team
 
 # The lists' query parameters are their pages' FilterSets; the node list's page size is
 # the API's own (gpufleet.api.pagination), not the overview's `per`.
@@ -151,6 +152,8 @@ api.add_router("/", maintenance.router)
 api.add_router("/", usage.router)
 # The URLs of a person's calendar feeds (gpufleet/api/feeds.py).
 api.add_router("/", feeds.router)
+# Teams: members read their own, admins write (gpufleet/api/teams.py).
+api.add_router("/", teams.router)
 
 
 # An answer holds the keys its serializer wrote: one it leaves out (a finding's `fix`
@@ -272,7 +275,7 @@ def node(request: HttpRequest, name: str) -> dict:
     """One node with its devices, findings, claims and ledger."""
     node = _node(name)
     devices = list(node.devices.order_by("index"))
-    claims = list(node.claims.select_related("created_by", "owner"))
+    claims = list(node.claims.select_related("created_by", "owner", "team"))
     ledger = _ledger(node, devices, claims)
     findings = list(node.findings.all())
     return serializers.node_detail(node, devices, findings, claims, ledger)
@@ -375,7 +378,7 @@ def availability(request: HttpRequest) -> dict:
 def node_claims(request: HttpRequest, name: str) -> dict:
     """The node's claims and its ledger."""
     node = _node(name)
-    rows = list(node.claims.select_related("created_by", "owner"))
+    rows = list(node.claims.select_related("created_by", "owner", "team"))
     ledger = _ledger(node, list(node.devices.filter(vanished_at__isnull=True)), rows)
     return {"node": node.name, "ledger": serializers.ledger_summary(ledger), "results": [serializers.claim(c) for c in rows]}
 
@@ -390,13 +393,14 @@ def add_claim(request: HttpRequest, name: str, body: ClaimIn) -> Status:
     """Add a claim to the node: 201 with the claim, or the ledger's refusal. With `repeat`:
     201 with the series and its claims, or 409 series_conflict listing every occurrence
     that does not fit (nothing saved)."""
+    _may_book(request.user)
     node = _node(name)
     terms = _terms(body, request.user, None)
     try:
         if body.repeat is not None:
             made = services.save_series(node, _proposed(body), request.user, terms, body.repeat,
                                         quota_override_reason=body.quota_override_reason)
-            rows = Claim.objects.select_related("node", "created_by", "owner").filter(series=made[0].series).order_by("starts_at")
+            rows = Claim.objects.select_related(*CLAIM_RELATED).filter(series=made[0].series).order_by("starts_at")
             return Status(201, {"series": str(made[0].series), "results": [serializers.claim(c) for c in rows]})
         saved = services.save_claim(node, _proposed(body), request.user, terms=terms,
                                     quota_override_reason=body.quota_override_reason)
@@ -418,6 +422,7 @@ def replace_claim(request: HttpRequest, pk: int, body: ClaimUpdate) -> dict:
     if body.repeat is not None:
         raise ApiError(422, "invalid", "a repeat is given when a booking is made; change each occurrence on its own",
                        field="repeat")
+    _may_book(request.user)
     try:
         version = services.parse_version(body.updated_at)
         row = _claim(pk)
@@ -440,6 +445,7 @@ def delete_claim(request: HttpRequest, pk: int) -> HttpResponse:
     """Delete a claim: 204, only if the claim is still the version ?updated_at= names (409
     stale otherwise). The version goes in the query, not a body: many clients and proxies
     drop the body of a DELETE."""
+    _may_book(request.user)
     try:
         # Checked first, as the body of a PUT is: a request without it is refused whatever the claim.
         version = services.parse_version(request.GET.get(services.VERSION_FIELD), action="delete")
@@ -453,6 +459,17 @@ def delete_claim(request: HttpRequest, pk: int) -> HttpResponse:
 # --- helpers -------------------------------------------------------------------
 
 
+# What serializers.claim reads of a claim's relations.
+CLAIM_RELATED = ("node", "created_by", "owner", "team")
+
+
+def _may_book(user) -> None:
+    """A claim write from someone in no team is refused before its body is looked at;
+    what they may change is then services' to say (gpufleet.claims.rights)."""
+    if not rights.of(user).may_book_somewhere():
+        raise ApiError(403, "forbidden", "you are in no team, so you may read claims but not book or change them")
+
+
 def _node_rows(params: Schema) -> QuerySet[Node]:
     """The nodes for the query `params`, filtered and sorted as the overview does,
     but by name unless asked otherwise."""
@@ -461,7 +478,7 @@ def _node_rows(params: Schema) -> QuerySet[Node]:
 
 def _claim_rows(params: Schema) -> QuerySet[Claim]:
     """The claims for the query `params`, filtered as the claims page does."""
-    rows = Claim.objects.select_related("node", "created_by", "owner").order_by("node__name", "name")
+    rows = Claim.objects.select_related(*CLAIM_RELATED).order_by("node__name", "name")
     return _filtered(ClaimFilter(params.model_dump(exclude_none=True), queryset=rows))
 
 
@@ -482,7 +499,7 @@ def _node(name: str) -> Node:
 
 def _claim(pk: int) -> Claim:
     try:
-        return Claim.objects.select_related("node", "created_by", "owner").get(pk=pk)
+        return Claim.objects.select_related(*CLAIM_RELATED).get(pk=pk)
     except Claim.DoesNotExist:
         raise ApiError(404, "not_found", f"there is no claim {pk}: it was deleted, or never existed") from None
 
@@ -494,7 +511,7 @@ def _ledger(node: Node, devices, claims) -> gpu.Ledger:
 
 
 def _reload(saved: Claim) -> Claim:
-    return Claim.objects.select_related("node", "created_by", "owner").get(pk=saved.pk)
+    return Claim.objects.select_related(*CLAIM_RELATED).get(pk=saved.pk)
 
 
 def _proposed(body: ClaimIn) -> gpu.Claim:
@@ -542,8 +559,8 @@ def _moment(params: QueryDict, name: str) -> datetime | None:
 
 
 def _terms(body: ClaimIn, user, editing: Claim | None) -> services.Terms:
-    """The body's owner, contact and window; those it leaves out are the stored claim's,
-    or for a new claim: owned by the caller, no contact, starts now, no end."""
+    """The body's owner, team, contact and window; those it leaves out are the stored claim's,
+    or for a new claim: owned by the caller, for their only team, no contact, starts now, no end."""
     given = body.model_fields_set
     if editing is not None:
         current = services.Terms(editing.owner, editing.contact, editing.starts_at, editing.ends_at)
@@ -554,10 +571,19 @@ def _terms(body: ClaimIn, user, editing: Claim | None) -> services.Terms:
         owner = None if body.owner is None else _user(body.owner)
     return services.Terms(
         owner=owner,
+        # None: the stored claim's team, or for a new claim the caller's only one.
+        team=_team(body.team) if body.team is not None else None,
         contact=body.contact if "contact" in given else current.contact,
         starts_at=body.starts_at if "starts_at" in given else current.starts_at,
         ends_at=body.ends_at if "ends_at" in given else current.ends_at,
     )
+
+
+def _team(name: str) -> Team:
+    team = Team.objects.filter(name__iexact=name).first()
+    if team is None:
+        raise ApiError(422, "invalid", f"there is no team {name!r}", field="team")
+    return team
 
 
 def _user(username: str):

@@ -14,10 +14,11 @@ from django.core.validators import MaxValueValidator
 from django.utils import timezone
 
 from gpufleet import gpu
-from gpufleet.claims import services
+from gpufleet.claims import rights, services
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Device, Node
 from gpufleet.gpu import availability
+from gpufleet.teams.models import Team
 
 COUNT, ALL, DEVICES = "count", "all", "devices"
 MODES = [(COUNT, "A number of GPUs"), (ALL, "All GPUs"), (DEVICES, "These GPUs")]
@@ -36,7 +37,7 @@ _FIELD_FOR_CODE = {
     "gone": None,
     "version_required": None,
     "series_conflict": "repeat",
-    "forbidden": "quota_override_reason",  # only a reason to book over quota reaches the form with it
+    "forbidden": None,  # a refusal by the rights; a reason to book over quota names its own field
 }
 _FIELD_FOR_MODE = {COUNT: "count", ALL: "mode", DEVICES: DEVICES}
 
@@ -53,6 +54,15 @@ class DeviceChoiceField(forms.MultipleChoiceField):
 
 class ClaimForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="The workload holding the GPUs, e.g. a job or a team.")
+    # The teams the person may book for (set per person); with one, it is theirs, not asked.
+    # Not sent: the edited claim's team, or the person's only one (services.allowed_team).
+    team = forms.ModelChoiceField(
+        queryset=Team.objects.none(),
+        to_field_name="name",
+        required=False,
+        empty_label=None,
+        help_text="The team the claim is for: its members may change the claims they own, its leads and operators all of them.",
+    )
     mode = forms.ChoiceField(choices=MODES, widget=forms.RadioSelect, initial=COUNT, label="Reserve")
     count = forms.IntegerField(min_value=1, required=False, label="How many GPUs")
     devices = DeviceChoiceField(required=False, label="Which GPUs")
@@ -108,6 +118,8 @@ class ClaimForm(forms.Form):
         node: Node,
         ledger: gpu.Ledger,
         devices: list[Device],
+        user=None,
+        person: rights.Rights | None = None,
         editing: Claim | None = None,
         action_url: str = "",
         validate_url: str = "",
@@ -119,6 +131,7 @@ class ClaimForm(forms.Form):
             kwargs.setdefault("initial", _initial(editing, ledger))
         super().__init__(*args, **kwargs)
         self.node = node
+        self.user = user
         self.ledger = ledger
         self.editing = editing
         self.action_url = action_url
@@ -133,7 +146,26 @@ class ClaimForm(forms.Form):
             del self.fields["repeat"]  # an occurrence is changed on its own
         if not quota_override:
             del self.fields["quota_override_reason"]  # admins only (gpufleet.claims.quota.may_override)
+        self._limit_teams(person if person is not None else rights.of(user), editing)
         self.fields["devices"].choices = _device_choices(ledger, devices, self._chosen())
+
+    def _limit_teams(self, person: rights.Rights, editing: Claim | None) -> None:
+        teams = rights.bookable_teams(person)
+        if editing is not None and editing.team_id is not None:
+            teams = teams | Team.objects.filter(pk=editing.team_id)  # kept even when its editor may not book for it
+        field = self.fields["team"]
+        field.queryset = teams.distinct()
+        offered = list(field.queryset)
+        if len(offered) == 1:
+            # One team to book for: theirs, shown as text (the template reads `only_team`).
+            self.only_team = offered[0]
+            field.widget = forms.HiddenInput()
+            field.initial = offered[0].name
+        else:
+            self.only_team = None
+            field.choices = [(team.name, team.name) for team in offered]  # read once, however often drawn
+        if editing is not None and editing.team_id is not None and not self.is_bound:
+            self.initial["team"] = editing.team.name
 
     def _chosen(self) -> list[str]:
         if self.is_bound:
@@ -156,7 +188,7 @@ class ClaimForm(forms.Form):
     def terms(self) -> services.Terms:
         """Owner, contact and window as the services take them. Call after is_valid()."""
         data = self.cleaned_data
-        return services.Terms(owner=data.get("owner"), contact=data.get("contact", ""),
+        return services.Terms(owner=data.get("owner"), team=data.get("team"), contact=data.get("contact", ""),
                               starts_at=data.get("starts_at"), ends_at=data.get("ends_at"))
 
     def clean(self) -> dict:
@@ -179,6 +211,11 @@ class ClaimForm(forms.Form):
         if mode == DEVICES and not data.get(DEVICES):
             self.add_error(DEVICES, "Tick at least one GPU, or choose another option.")
         if self.errors:
+            return data
+        try:
+            services.allowed_team(self.user, self.editing, self.terms())
+        except services.ClaimError as exc:
+            self.add_claim_error(exc)
             return data
         proposed = self.proposed()
         if self.repeat_rule():
@@ -224,7 +261,7 @@ class ClaimForm(forms.Form):
 
     def add_claim_error(self, error: services.ClaimError) -> None:
         """Show a refusal at the field it is about (or above the form)."""
-        if isinstance(error, services.BadTerms):
+        if isinstance(error, (services.BadTerms, services.OverrideRefused)):
             field = error.field
         elif error.code == "insufficient":
             field = _FIELD_FOR_MODE.get(getattr(self, "cleaned_data", {}).get("mode"), "count")

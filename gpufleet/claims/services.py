@@ -5,7 +5,7 @@ admins saving at once cannot double-book a GPU; every change is audited.
 Everything that can refuse a change raises a `ClaimError` with a stable `code`
 (the ledger's machine codes plus name_taken, maintenance, validation, stale, gone, version_required,
 quota_exceeded and forbidden) and a sentence for people, so the editor and the API report the same
-reasons the same way."""
+reasons the same way. Who may book and change what is `gpufleet.claims.rights`, asked here."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from gpufleet import gpu
 from gpufleet.audit.models import record
-from gpufleet.claims import quota
+from gpufleet.claims import quota, rights
 from gpufleet.claims.models import Claim
 from gpufleet.events import services as events
 from gpufleet.fleet import maintenance, summary_keep
@@ -85,15 +85,21 @@ class SeriesRejected(ClaimError):
         self.conflicts = conflicts
 
 
+class NotAllowed(ClaimError):
+    """The person may not make this change (gpufleet.claims.rights)."""
+
+    code = "forbidden"
+
+
 @dataclass(frozen=True)
 class Terms:
-    """Who answers for a claim and its window; nothing here decides whether it fits."""
+    """Who answers for a claim, its team and its window; nothing here decides whether it fits."""
 
     owner: object = None  # a user, or None for nobody
     contact: str = ""
     starts_at: datetime | None = None  # None: now
     ends_at: datetime | None = None  # None: no end
-    team: Team | None = None  # None: a new claim has none, an edited one keeps its own
+    team: Team | None = None  # None: the edited claim's, or the person's only team
 
 
 class QuotaExceeded(ClaimError):
@@ -274,6 +280,45 @@ def check_name(node: Node, name: str, editing: Claim | None = None) -> ClaimErro
     return NameTaken(name, node.name) if others.exists() else None
 
 
+def _person(user) -> bool:
+    # The system's own changes (expiry, idle release, tests' set-up) come with no user.
+    return user is not None and user.is_authenticated
+
+
+def allowed_team(user, editing: Claim | None, terms: Terms | None):
+    """The claim's team after the save, once `user` may make it (rights): the terms'
+    team, else the edited claim's, else the person's only team. Raises NotAllowed, or
+    BadTerms for a team to choose or an owner outside the team. The system is not asked.
+    The editor asks it for inline validation; `save_claim` again under the node lock."""
+    team = (terms.team if terms is not None else None) or (editing.team if editing is not None else None)
+    if not _person(user):
+        return team
+    person = rights.of(user)
+    if team is None and person.may_book_somewhere():
+        team, choices = rights.default_team(person)
+        if team is None:
+            named = ", ".join(choices[:rights.CHOICES_SHOWN]) + (", ..." if len(choices) > rights.CHOICES_SHOWN else "")
+            raise BadTerms("team", f"say which team the claim is for: {named}" if choices else "there is no team to book for yet")
+    if terms is not None:
+        owner = terms.owner
+    else:
+        owner = editing.owner if editing is not None else user
+    reason = rights.refusal(person, user, editing, team, owner)
+    if reason is not None:
+        raise NotAllowed(reason)
+    moved = editing is None or editing.team_id != team.pk
+    given = editing is None or (owner.pk if owner is not None else None) != editing.owner_id
+    if owner is not None and owner != user and (moved or given) and not rights.is_member(team, owner):
+        raise BadTerms("owner", f"{owner.get_username()} is not a member of team {team.name}")
+    return team
+
+
+def check_release(claim: Claim, user) -> None:
+    """Raises NotAllowed unless `user` may release `claim` (the system may)."""
+    if _person(user) and (reason := rights.release_refusal(rights.of(user), claim)) is not None:
+        raise NotAllowed(reason)
+
+
 def is_stale(claim: Claim, expected_updated_at: datetime | None) -> bool:
     """Whether the claim was saved since the editor read it at `expected_updated_at`."""
     return expected_updated_at is not None and claim.updated_at != expected_updated_at
@@ -290,7 +335,7 @@ def save_claim(
 ) -> Claim:
     """Create or (with `editing`) replace a claim, over the window its `terms` give
     (`window`). Without `terms` a new claim is owned by `user`, starts now and has no
-    end; an edited one keeps its own. Raises NameTaken,
+    end; an edited one keeps its own. Its team: `allowed_team`. Raises NotAllowed, NameTaken,
     BadName, BadTerms, ClaimRejected, InMaintenance (a new claim on a node in
     maintenance or validation), StaleClaim (the claim changed after
     `expected_updated_at`) or ClaimGone. The editor and the API always pass
@@ -305,7 +350,7 @@ def save_claim(
     check_override(user, quota_override_reason)
     try:
         with transaction.atomic():
-            team = _lock_team(terms, editing)
+            locked_team = _lock_team(user, terms, editing)
             locked = Node.objects.select_for_update().get(pk=node.pk)
             if editing is not None:
                 try:
@@ -314,6 +359,7 @@ def save_claim(
                     raise ClaimGone() from None
                 if is_stale(editing, expected_updated_at):
                     raise StaleClaim()
+            team = _same_team(allowed_team(user, editing, terms), locked_team)
             if editing is None and (closed := maintenance.closed_to_claims(locked)) is not None:
                 raise InMaintenance(closed)
             taken = check_name(locked, proposed.name, editing)
@@ -407,8 +453,9 @@ def save_series(node: Node, proposed: gpu.Claim, user, terms: Terms, rule: str,
     series = uuid.uuid4()
     saved = []
     with transaction.atomic():
-        team = _lock_team(terms, None)
+        locked_team = _lock_team(user, terms, None)
         locked = Node.objects.select_for_update().get(pk=node.pk)
+        team = _same_team(allowed_team(user, None, terms), locked_team)
         if (closed := maintenance.closed_to_claims(locked)) is not None:
             raise InMaintenance(closed)
         creator = user if user and user.is_authenticated else None
@@ -416,10 +463,10 @@ def save_series(node: Node, proposed: gpu.Claim, user, terms: Terms, rule: str,
         over = _over_quota(team, locked, planned, quota_override_reason)
         for occurrence in planned:
             claim = Claim.objects.create(
-                node=locked, created_by=creator, name=occurrence.name,
+                node=locked, team=team, created_by=creator, name=occurrence.name,
                 count=proposed.count if not proposed.device_ids else 0, device_ids=list(proposed.device_ids),
                 starts_at=occurrence.starts_at, ends_at=occurrence.ends_at,
-                owner=terms.owner, contact=terms.contact, series=series, team=team,
+                owner=terms.owner, contact=terms.contact, series=series,
                 quota_override_reason=_override_reason(over, quota_override_reason, None),
             )
             record(user, "claim.create", node=locked, target=claim.name, after=claim.as_audit_dict())
@@ -437,17 +484,28 @@ def check_override(user, reason: str | None) -> None:
         raise OverrideRefused()
 
 
-def _lock_team(terms: Terms | None, editing: Claim | None) -> Team | None:
-    """The team the claim is saved for (the terms', else the edited claim's), its row locked
-    so that two bookings of one team, on any nodes, are checked against its quotas one after
-    the other. Locked before the node, always: two saves never wait on each other crosswise."""
-    team_id = terms.team.pk if terms is not None and terms.team is not None else (editing and editing.team_id)
-    if not team_id:
+def _lock_team(user, terms: Terms | None, editing: Claim | None) -> Team | None:
+    """The team the claim is saved for (the terms', else the edited claim's, else the
+    person's only one: as `allowed_team` picks it), its row locked so that two bookings of
+    one team, on any nodes, are checked against its quotas one after the other. Locked
+    before the node, always: two saves never wait on each other crosswise."""
+    team = (terms.team if terms is not None else None) or (editing.team if editing is not None else None)
+    if team is None and _person(user):
+        team, _ = rights.default_team(rights.of(user))
+    if team is None:
         return None
     try:
-        return Team.objects.select_for_update().get(pk=team_id)
+        return Team.objects.select_for_update().get(pk=team.pk)
     except Team.DoesNotExist:
         raise BadTerms("team", "this team was deleted meanwhile") from None
+
+
+def _same_team(team: Team | None, locked: Team | None) -> Team | None:
+    """The team `allowed_team` gave, which must be the one locked: it differs only when the
+    edited claim was moved to another team by someone else meanwhile."""
+    if team is not None and (locked is None or locked.pk != team.pk):
+        raise StaleClaim()
+    return locked
 
 
 def _over_quota(team: Team | None, node: Node, proposed: list[gpu.Claim], reason: str | None,
@@ -472,7 +530,7 @@ def _override_reason(over: gpu_quota.Exceeded | None, given: str | None, editing
 
 def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None,
                  reason: str = "as it had ended") -> None:
-    """Delete a claim. Raises StaleClaim (changed after `expected_updated_at`) or ClaimGone.
+    """Delete a claim. Raises StaleClaim (changed after `expected_updated_at`), ClaimGone or NotAllowed.
     `user` None is the system (the audit log shows "system"; its claim-released event
     gives `reason`). As for save_claim, people's deletes always pass `expected_updated_at`."""
     with transaction.atomic():
@@ -483,6 +541,7 @@ def delete_claim(claim: Claim, user, expected_updated_at: datetime | None = None
             raise ClaimGone() from None
         if is_stale(claim, expected_updated_at):
             raise StaleClaim("delete")
+        check_release(claim, user)
         before = claim.as_audit_dict()
         claim.delete()
         _store_reserved(locked)

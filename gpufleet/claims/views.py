@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import prefetch_related_objects
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -26,13 +27,13 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 
 from gpufleet import gpu
 from gpufleet.audit.models import AuditEntry
-from gpufleet.claims import availability, quota, services, use
+from gpufleet.claims import availability, quota, rights, services, use
 from gpufleet.claims.filters import ClaimFilter
 from gpufleet.claims.forms import ALL, DEVICES, ClaimForm, PlacementForm, SlotForm
 from gpufleet.claims.models import Claim, with_current_devices
 from gpufleet.claims.placement import RULED_OUT_SHOWN, fleet_placement
 from gpufleet.core import downloads
-from gpufleet.core.access import EDIT_CLAIMS, VIEW, can, requires
+from gpufleet.core.access import VIEW, can, requires
 from gpufleet.core.htmx import render_page, wants_fragment
 from gpufleet.core.paging import ListPaginator
 from gpufleet.core.querystring import clean_query
@@ -70,14 +71,17 @@ def claims_panel_context(request, node: Node, form: ClaimForm | None = None, not
         raise PermissionDenied("your role may not view")
     devices = node.current_devices()
     claims = list(node.claims.all())
+    prefetch_related_objects(claims, "team")  # none to read when the node page read them
     now = timezone.now()
     ledger = node.ledger(devices=devices, claims=[c for c in claims if c.in_force(now)])
-    can_edit = can(request.user, EDIT_CLAIMS)
-    if can_edit and form is None:
-        form = _add_form(node, ledger, devices, initial=_new_claim_initial(request),
+    person = rights.of_request(request)
+    can_book = person.may_book_somewhere()
+    if can_book and form is None:
+        form = _add_form(request, node, ledger, devices, initial=_new_claim_initial(request),
                          quota_override=quota.may_override(request.user))
     for claim in claims:
         claim.gpus = claim.gpu_names(ledger)
+        claim.may_change = person.may_change(claim)
     entries = list(AuditEntry.objects.filter(node=node, action__startswith="claim.")[:AUDIT_ROWS])
     for entry in entries:
         entry.before_text = _describe(entry.before)
@@ -86,7 +90,8 @@ def claims_panel_context(request, node: Node, form: ClaimForm | None = None, not
         "node": node,
         "ledger": ledger,
         "claim_rows": claims,
-        "claim_form": form if can_edit else None,
+        "claim_form": form if can_book else None,
+        "may_book": can_book,
         "claims_notice": notice,
         "claims_audit": entries,
         "claims_audit_url": audit_url(node),
@@ -118,30 +123,43 @@ def _panel_response(
 # --- add / edit ------------------------------------------------------------
 
 
+def _may_book(request) -> None:
+    if not rights.of_request(request).may_book_somewhere():
+        raise PermissionDenied("you are in no team, so you may read claims but not book them")
+
+
+def _may_change(request, claim: Claim) -> None:
+    """403 unless the person may change `claim`; services.save_claim and delete_claim ask again."""
+    if not rights.of_request(request).may_change(claim):
+        raise PermissionDenied(rights.release_refusal(rights.of_request(request), claim))
+
+
 @require_http_methods(["GET", "POST"])
-@requires(EDIT_CLAIMS)
+@requires(VIEW)
 def add(request: HttpRequest, name: str) -> HttpResponse:
+    _may_book(request)
     node = get_object_or_404(Node, name=name)
     return _edit(request, node, None)
 
 
 @require_http_methods(["GET", "POST"])
-@requires(EDIT_CLAIMS)
+@requires(VIEW)
 def edit(request: HttpRequest, pk: int) -> HttpResponse:
-    claim = Claim.objects.select_related("node").filter(pk=pk).first()
+    claim = Claim.objects.select_related("node", "team").filter(pk=pk).first()
     if claim is None:
         return _missing(request)
+    _may_change(request, claim)
     return _edit(request, claim.node, claim)
 
 
 def _edit(request, node: Node, editing: Claim | None) -> HttpResponse:
     in_panel = _in_panel(request)
     if request.method == "GET":
-        form = _form(node, editing, initial=_new_claim_initial(request) if editing is None else None,
+        form = _form(request, node, editing, initial=_new_claim_initial(request) if editing is None else None,
                      quota_override=quota.may_override(request.user))
         return render_page(request, FORM_PAGE, _form_context(node, form, in_panel), partial=FORM_PARTIAL)
 
-    form = _form(node, editing, data=request.POST, quota_override=quota.may_override(request.user))
+    form = _form(request, node, editing, data=request.POST, quota_override=quota.may_override(request.user))
     if form.is_valid() and form.repeat_rule():
         try:
             made = services.save_series(node, form.proposed(), request.user, form.terms(), form.repeat_rule(),
@@ -181,23 +199,25 @@ def _edit(request, node: Node, editing: Claim | None) -> HttpResponse:
 
 
 @require_POST
-@requires(EDIT_CLAIMS)
+@requires(VIEW)
 def validate_new(request: HttpRequest, name: str) -> HttpResponse:
     """Inline validation of the add form: the form partial with the ledger's verdict."""
+    _may_book(request)
     node = get_object_or_404(Node, name=name)
     return _validate(request, node, None)
 
 
 @require_POST
-@requires(EDIT_CLAIMS)
+@requires(VIEW)
 def validate(request: HttpRequest, pk: int) -> HttpResponse:
     """Inline validation of an edit, against every other claim of the node."""
-    claim = get_object_or_404(Claim.objects.select_related("node"), pk=pk)
+    claim = get_object_or_404(Claim.objects.select_related("node", "team"), pk=pk)
+    _may_change(request, claim)
     return _validate(request, claim.node, claim)
 
 
 def _validate(request, node: Node, editing: Claim | None) -> HttpResponse:
-    form = _form(node, editing, data=request.POST, quota_override=quota.may_override(request.user))
+    form = _form(request, node, editing, data=request.POST, quota_override=quota.may_override(request.user))
     form.is_valid()
     # 200 even when invalid: htmx 2 does not swap 4xx bodies.
     response = render(request, f"{FORM_PAGE}#{FORM_PARTIAL}", _form_context(node, form, _in_panel(request)))
@@ -209,13 +229,14 @@ def _validate(request, node: Node, editing: Claim | None) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-@requires(EDIT_CLAIMS)
+@requires(VIEW)
 def delete(request: HttpRequest, pk: int) -> HttpResponse:
     """GET: the confirmation page (no JavaScript). POST with confirm=yes and the version
     the claim was shown at (updated_at): delete."""
-    claim = Claim.objects.select_related("node").filter(pk=pk).first()
+    claim = Claim.objects.select_related("node", "team").filter(pk=pk).first()
     if claim is None:
         return _missing(request)
+    _may_change(request, claim)
     node = claim.node
     in_panel = _in_panel(request)
     if request.method == "GET" or request.POST.get("confirm") != "yes":
@@ -225,13 +246,13 @@ def delete(request: HttpRequest, pk: int) -> HttpResponse:
         services.delete_claim(claim, request.user, expected_updated_at=version)
     except services.ClaimGone:
         return _gone(request, node, in_panel)
-    except (services.StaleClaim, services.VersionRequired) as exc:
+    except (services.StaleClaim, services.VersionRequired, services.NotAllowed) as exc:
         if isinstance(exc, services.StaleClaim):
             claim.refresh_from_db()
         # The panel and the confirmation page both offer the claim's current version again.
         if in_panel and wants_fragment(request):
             return _panel_response(request, node, notice=exc.message)
-        status = 400 if isinstance(exc, services.VersionRequired) else 200
+        status = {services.VersionRequired: 400, services.NotAllowed: 403}.get(type(exc), 200)
         return _confirm_page(request, claim, error=exc.message, status=status)
     done = f"Claim {claim.name} deleted."
     if in_panel and wants_fragment(request):
@@ -295,13 +316,15 @@ def claim_list(request: HttpRequest) -> HttpResponse:
     """Every claim in the fleet, filtered by node and searched by claim or node name.
     An invalid filter value lists no claim and is shown at its field and above the
     table, with 200 so HTMX swaps it in."""
-    claims = Claim.objects.select_related("node", "created_by", "owner").order_by("node__name", "name")
+    claims = Claim.objects.select_related("node", "created_by", "owner", "team").order_by("node__name", "name")
     claim_filter = ClaimFilter(request.GET, queryset=claims)
     page = ListPaginator(claim_filter.qs, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
     page.object_list = list(page.object_list)
     with_current_devices(page.object_list)
+    person = rights.of_request(request)
     for claim in page.object_list:
         claim.gpus = claim.gpu_names() if claim.device_ids else []
+        claim.may_change = person.may_change(claim)
     query = clean_query(request.GET)
     query.pop("page", None)
     fragment = wants_fragment(request)
@@ -316,6 +339,7 @@ def claim_list(request: HttpRequest) -> HttpResponse:
         "q": claim_filter.cleaned("q"),
         "query": query.urlencode(),
         "placement_form": PlacementForm(),
+        "may_book": person.may_book_somewhere(),
     }
     return render_page(request, "claims/claim_list.html", context, partial="claims-table")
 
@@ -337,6 +361,7 @@ def find(request: HttpRequest) -> HttpResponse:
             for code, count in (placement.ruled_out_counts() if placement else {}).items()
         ],
         "whole_node": form.is_valid() and form.cleaned_data["whole_node"],
+        "may_book": rights.of_request(request).may_book_somewhere(),
     }
     return render_page(request, "claims/find.html", context, partial="placement-result")
 
@@ -353,7 +378,7 @@ def calendar(request: HttpRequest, name: str) -> HttpResponse:
     node = get_object_or_404(Node, name=name)
     now = timezone.now()
     shown = availability.node_calendar(node, now)
-    if can(request.user, EDIT_CLAIMS):
+    if rights.of_request(request).may_book_somewhere():
         for line in shown.lines:
             if line.uuid:
                 line.bars[:] = [replace(bar, book_url=book_url(node.name, [line.uuid], bar.starts_at, bar.ends_at, now))
@@ -437,11 +462,13 @@ def _moment(text: str) -> datetime | None:
     return moment
 
 
-def _add_form(node: Node, ledger: gpu.Ledger, devices: list[Device], data=None, initial=None,
+def _add_form(request, node: Node, ledger: gpu.Ledger, devices: list[Device], data=None, initial=None,
               quota_override: bool = False) -> ClaimForm:
     return ClaimForm(
         data,
         initial=initial,
+        user=request.user,
+        person=rights.of_request(request),
         node=node,
         ledger=ledger,
         devices=devices,
@@ -451,13 +478,15 @@ def _add_form(node: Node, ledger: gpu.Ledger, devices: list[Device], data=None, 
     )
 
 
-def _form(node: Node, editing: Claim | None, data=None, initial=None, quota_override: bool = False) -> ClaimForm:
+def _form(request, node: Node, editing: Claim | None, data=None, initial=None, quota_override: bool = False) -> ClaimForm:
     devices = node.current_devices()
     ledger = node.ledger(devices=devices)
     if editing is None:
-        return _add_form(node, ledger, devices, data, initial, quota_override)
+        return _add_form(request, node, ledger, devices, data, initial, quota_override)
     return ClaimForm(
         data,
+        user=request.user,
+        person=rights.of_request(request),
         node=node,
         ledger=ledger,
         devices=devices,

@@ -18,6 +18,9 @@ MANAGE_ALERTS = "manage_alerts"
 MAINTAIN = "maintain"
 RUN_DCGM_DIAG = "run_dcgm_diag"
 
+# EDIT_CLAIMS is the operator role's: it changes every claim of the teams they are
+# members of, not every claim; who may book and change which claim is said by
+# gpufleet/claims/rights.py alone, which reads it.
 _PERMISSION = {
     VIEW: "fleet.view_node",
     EDIT_CLAIMS: "claims.change_claim",

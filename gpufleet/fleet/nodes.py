@@ -39,8 +39,8 @@ class DeviceRow:
 
 def load_for_page(node: Node) -> None:
     """Read the node's devices (all, vanished too) and claims once for the whole page:
-    the device table, the ledger and the claims panel all use these."""
-    prefetch_related_objects([node], "devices", "claims")
+    the device table, the ledger and the claims panel (which names each claim's team) all use these."""
+    prefetch_related_objects([node], "devices", "claims", "claims__team")
     node.current_devices_cache = sorted((d for d in node.devices.all() if not d.vanished), key=lambda d: d.index)
 
 

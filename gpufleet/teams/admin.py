@@ -8,18 +8,7 @@ from django.contrib import admin
 
 from gpufleet.audit.models import record
 from gpufleet.teams.models import Membership, Team
-
-QUOTA_FIELDS = ["max_gpus", "max_gpus_by_model", "gpu_hours_per_month", "max_gpu_hours_ahead"]
-
-
-def team_state(team: Team) -> dict:
-    rows = team.memberships.select_related("user").order_by("user__username")
-    return {
-        "name": team.name,
-        "members": [row.user.get_username() for row in rows],
-        "leads": [row.user.get_username() for row in rows if row.lead],
-        "quotas": {name: getattr(team, name) for name in QUOTA_FIELDS},
-    }
+from gpufleet.teams.services import QUOTA_FIELDS, team_state
 
 
 class MembershipInline(admin.TabularInline):

@@ -7,7 +7,25 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models.functions import Lower
 
+from gpufleet.core.access import MANAGE_USERS, can
 from gpufleet.gpu.quota import Quota
+
+
+def administers_teams(user) -> bool:
+    """The admin role (through its user management permission, which an active superuser
+    has too): makes and changes teams, reads every team, books for every team and changes
+    every claim (gpufleet/claims/rights.py)."""
+    return can(user, MANAGE_USERS)
+
+
+class TeamQuerySet(models.QuerySet):
+    def visible_to(self, user) -> TeamQuerySet:
+        """The teams a person may read: their own; every team for admins."""
+        if administers_teams(user):
+            return self.all()
+        if not (user and user.is_authenticated):
+            return self.none()
+        return self.filter(memberships__user=user)
 
 
 class Team(models.Model):
@@ -31,6 +49,8 @@ class Team(models.Model):
         null=True, blank=True, verbose_name="GPU-hours ahead",
         help_text="The GPU-hours the team may hold booked beyond the next 24 hours.",
     )
+
+    objects = TeamQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

@@ -30,13 +30,15 @@ from gpufleet.claims import services as claims
 from gpufleet.core import broker
 from gpufleet.fleet import credentials
 from gpufleet.fleet.models import Node, NodeCredential
+from gpufleet.teams.models import Team
 from gpufleet.wire import build_snapshot
 
 log = logging.getLogger(__name__)
 
 PREFIX = "sim-"
-# Claims made by the simulator are saved by this user, which owns nothing else.
+# Claims made by the simulator are owned by this user, which owns nothing else.
 SIMULATOR_USERNAME = "gpufleet-simulator"
+SIMULATED_TEAM = "simulated"
 DRIVER = "570.133.20"
 TOOLKIT = "NVIDIA Container Toolkit CLI version 1.18.2\ncommit: 9e88ed3\n"
 
@@ -279,17 +281,19 @@ def _after_first_round(nodes: Sequence[SimulatedNode], sent: int, claims_percent
 
 def add_claims(nodes: Sequence[SimulatedNode], percent: int, seed: int = 0) -> int:
     """Claims on `percent` of the reporting nodes, saved as any claim is (the ledger
-    decides under the node lock); a node that already has the simulator's claim is
-    left alone. Returns how many were made."""
+    decides under the node lock) by the system, for the team "simulated" and owned by
+    the simulator's user; a node that already has the simulator's claim is left alone.
+    Returns how many were made."""
     rng = random.Random(seed)
     user = simulator_user()
+    terms = claims.Terms(owner=user, team=Team.objects.get_or_create(name=SIMULATED_TEAM)[0])
     wanted = [n for n in nodes if not n.offline and rng.randrange(100) < percent]
     stored = Node.objects.filter(name__in=[n.name for n in wanted], simulated=True, gpu_count__gt=0)
     made = 0
-    for node in stored.exclude(claims__created_by=user):
+    for node in stored.exclude(claims__owner=user):
         count = max(1, node.gpu_count // 2)
         try:
-            claims.save_claim(node, gpu.Claim(name=f"sim-job-{node.pk}", count=count), user)
+            claims.save_claim(node, gpu.Claim(name=f"sim-job-{node.pk}", count=count), None, terms=terms)
         except claims.ClaimError:
             continue  # the ledger said no (a GPU vanished meanwhile): simulate what fits
         made += 1

@@ -67,7 +67,7 @@ def test_it_lets_viewers_read_but_not_write(viewer_client, train):
         assert viewer_client.get(url).status_code == 200, url
     writes = _writes(viewer_client, train)
     assert {k: r.status_code for k, r in writes.items()} == dict.fromkeys(writes, 403)
-    assert writes["PUT claim"].json()["error"] == {"code": "forbidden", "message": "your role may not edit claims"}
+    assert writes["PUT claim"].json()["error"] == {"code": "forbidden", "message": "you are in no team, so you may read claims but not book or change them"}
     assert list(Claim.objects.values_list("name", "count")) == [("train", 1)]
 
 

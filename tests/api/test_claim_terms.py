@@ -24,7 +24,8 @@ def _put(client, pk: int, body):
     return client.put(f"/api/claims/{pk}/", json.dumps(body), content_type="application/json")
 
 
-def test_a_new_claim_is_the_callers_unless_another_owner_is_named(operator_client, operator, viewer):
+def test_a_new_claim_is_the_callers_unless_another_owner_is_named(operator_client, operator, viewer, lab):
+    lab.memberships.create(user=viewer)  # an owner is a member of the claim's team
     make_node("alpha", 8)
     mine = _post(operator_client, {"name": "mine", "count": 1}).json()
     assert (mine["owner"], mine["contact"], mine["ends_at"], mine["ended"], mine["in_force"]) == ("otto", "", None, False, True)

@@ -65,7 +65,7 @@ def test_it_creates_a_claim_and_answers_201(operator_client, operator):
         "claim.create",
         operator,
         None,
-        {"name": "train", "count": 3, "device_ids": [], "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None},
+        {"name": "train", "count": 3, "device_ids": [], "team": "lab", "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None},
     )
 
 
@@ -247,8 +247,8 @@ def test_it_replaces_a_claim_with_put_and_audits_before_and_after(operator_clien
     assert (response.json()["mode"], response.json()["device_ids"]) == ("devices", ["0", "1"])
     entry = AuditEntry.objects.get(action="claim.update")
     # The body left owner, contact and window out: the claim keeps its own.
-    assert entry.before == {"name": "train", "count": 1, "device_ids": [], "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}
-    assert entry.after == {"name": "train", "count": 0, "device_ids": ["0", "1"], "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}
+    assert entry.before == {"name": "train", "count": 1, "device_ids": [], "team": "lab", "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}
+    assert entry.after == {"name": "train", "count": 0, "device_ids": ["0", "1"], "team": "lab", "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}
 
 
 def test_it_checks_a_put_against_the_other_claims_only(operator_client, operator):
@@ -284,7 +284,7 @@ def test_it_deletes_a_claim_with_204_and_audits(operator_client, operator):
     assert not Claim.objects.exists()
     assert Node.objects.get(pk=node.pk).gpus_reserved == 0
     entry = AuditEntry.objects.get(action="claim.delete")
-    assert (entry.before, entry.after) == ({"name": "train", "count": 2, "device_ids": [], "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}, None)
+    assert (entry.before, entry.after) == ({"name": "train", "count": 2, "device_ids": [], "team": "lab", "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}, None)
     again = _delete(operator_client, train.pk, version)
     assert again.status_code == 404
     assert again.json()["error"] == {"code": "not_found", "message": f"there is no claim {train.pk}: it was deleted, or never existed"}

@@ -44,6 +44,8 @@ ENDPOINTS = {
     "/api/deliveries/": {"get"},
     "/api/usage/": {"get"},
     "/api/calendar/": {"get"},
+    "/api/teams/": {"get", "post"},
+    "/api/teams/{name}/": {"get", "patch", "delete"},
 }
 
 
@@ -60,7 +62,7 @@ def test_it_serves_the_schema_listing_every_endpoint(viewer_client):
     post = schema["paths"]["/api/nodes/{name}/claims/"]["post"]
     assert post["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ClaimIn"}
     assert set(schema["components"]["schemas"]["ClaimIn"]["properties"]) == {
-        "name", "count", "device_ids", "owner", "contact", "starts_at", "ends_at", "repeat",
+        "name", "count", "device_ids", "owner", "team", "contact", "starts_at", "ends_at", "repeat",
         "quota_override_reason",
     }
     assert "page" in {p["name"] for p in schema["paths"]["/api/nodes/"]["get"]["parameters"]}
@@ -146,6 +148,12 @@ ANSWERS = {
     # Usage (gpufleet/api/usage.py): one report, not a list, so no page to be past.
     ("/api/usage/", "get"): {200, 400, 401, 403},
     ("/api/calendar/", "get"): {200, 401, 403},
+    # Teams (gpufleet/api/teams.py): members read their own, admins write.
+    ("/api/teams/", "get"): {200, 400, 401, 403},
+    ("/api/teams/", "post"): {201, 400, 401, 403, 415, 422},
+    ("/api/teams/{name}/", "get"): {200, 401, 403, 404},
+    ("/api/teams/{name}/", "patch"): {200, 400, 401, 403, 404, 415, 422},
+    ("/api/teams/{name}/", "delete"): {204, 401, 403, 404, 409},
 }
 ERROR = {"$ref": "#/components/schemas/Error"}
 

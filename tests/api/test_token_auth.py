@@ -78,7 +78,7 @@ def test_it_never_writes_with_a_read_token(operator, admin_user, alpha):
 def test_it_keeps_the_role_rules_for_a_read_write_token(viewer, outsider, alpha):
     response = _post(bearer(viewer))
     assert response.status_code == 403
-    assert response.json()["error"] == {"code": "forbidden", "message": "your role may not edit claims"}
+    assert response.json()["error"] == {"code": "forbidden", "message": "you are in no team, so you may read claims but not book or change them"}
     assert bearer(outsider).get("/api/nodes/").status_code == 403
     assert not Claim.objects.exists()
 

@@ -233,7 +233,7 @@ def test_it_adds_a_claim_that_fits_and_the_page_updates_in_place(page, fleet, op
     assert Node.objects.get(name=HEALTHY).gpus_reserved == 2
     entry = AuditEntry.objects.get(action="claim.create", target="train-llm")
     assert (entry.username, entry.node_name, entry.before) == ("otto", HEALTHY, None)
-    assert entry.after == {"name": "train-llm", "count": 0, "device_ids": claim.device_ids, "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}
+    assert entry.after == {"name": "train-llm", "count": 0, "device_ids": claim.device_ids, "team": "lab", "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}
 
 
 # 5 ---------------------------------------------------------------------------
@@ -311,8 +311,8 @@ def test_it_edits_a_claim_then_deletes_it_after_confirming(page, fleet, operator
     claim.refresh_from_db()
     assert claim.count == 5
     update = AuditEntry.objects.get(action="claim.update")
-    assert update.before == {"name": "train-llm", "count": 3, "device_ids": [], "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}
-    assert update.after == {"name": "train-llm", "count": 5, "device_ids": [], "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}
+    assert update.before == {"name": "train-llm", "count": 3, "device_ids": [], "team": "lab", "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}
+    assert update.after == {"name": "train-llm", "count": 5, "device_ids": [], "team": "lab", "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}
 
     # Dismissing the confirmation deletes nothing.
     dialogs = []
@@ -331,7 +331,7 @@ def test_it_edits_a_claim_then_deletes_it_after_confirming(page, fleet, operator
         "otto claim.delete train-llm: train-llm: 5 GPUs → deleted")
     assert not Claim.objects.filter(pk=claim.pk).exists()
     deleted = AuditEntry.objects.get(action="claim.delete")
-    assert (deleted.before, deleted.after) == ({"name": "train-llm", "count": 5, "device_ids": [], "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}, None)
+    assert (deleted.before, deleted.after) == ({"name": "train-llm", "count": 5, "device_ids": [], "team": "lab", "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}, None)
     assert Node.objects.get(name=HEALTHY).gpus_reserved == 0
 
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
 from gpufleet.audit.models import AuditEntry
 from gpufleet.claims.models import Claim
 from gpufleet.ingest.services import ingest_snapshot
 from tests.browser.conftest import SPEC, cdi_spec_snapshot
+from tests.claims.helpers import lab_team
 from tests.sso import ldap_server
 from tests.sso.ldap_server import CONTACT, PEOPLE_ENTRIES
 
@@ -39,6 +41,8 @@ def log_in_as(page, uid: str) -> None:
 def test_a_directory_operator_edits_claims_but_applies_no_fix(page, browser, live_server, ldap_site, directory, node):
     log_in_as(page, "alice")
     expect(page.locator(".whoami")).to_contain_text("alice")
+    # Booking is a team's: an admin puts her in one (tests/claims/test_rights.py).
+    lab_team().memberships.create(user=get_user_model().objects.get(username="alice"))
 
     page.goto(f"/nodes/{node}/")
     expect(page.get_by_role("heading", level=1)).to_have_text(node)

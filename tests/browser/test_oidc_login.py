@@ -16,6 +16,7 @@ from gpufleet.api.models import ApiToken
 from gpufleet.claims.models import Claim
 from gpufleet.sso import oidc, oidc_settings
 from tests.browser.conftest import SPEC
+from tests.claims.helpers import lab_team
 from tests.sso import provider
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -65,7 +66,9 @@ def test_an_operator_logs_in_at_the_provider_edits_claims_and_may_not_apply_fixe
     user = get_user_model().objects.get(username="olivia")
     assert list(user.groups.values_list("name", flat=True)) == ["operator"]
 
-    # An operator edits claims...
+    # An operator of a team edits its claims (an admin puts them in one: tests/claims/test_rights.py)...
+    lab_team().memberships.create(user=user)
+    page.reload()
     form = page.locator("#claim-form")
     form.get_by_label("Name").fill("train-llm")
     form.get_by_label("How many GPUs").fill("2")

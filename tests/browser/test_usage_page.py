@@ -14,12 +14,12 @@ import time_machine
 from playwright.sync_api import expect
 
 from gpufleet import gpu
-from gpufleet.claims import services as claims
 from gpufleet.fleet.models import Node
 from gpufleet.ingest.services import ingest_snapshots
 from gpufleet.usage import period, rollup
 from tests.browser.conftest import log_in
 from tests.browser.test_journeys import SCREENSHOTS
+from tests.claims.helpers import save_owned
 from tests.factories import snapshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -97,8 +97,8 @@ def demo_fleet(users: dict, end: datetime) -> datetime:
             # Made then: a claim holds its GPUs from when it starts.
             with time_machine.travel(at + timedelta(seconds=3), tick=False):
                 for node, name, owner, pinned, count in CLAIMS:
-                    claims.save_claim(Node.objects.get(name=node), gpu.Claim(name=name, count=count, device_ids=pinned),
-                                      users[owner])
+                    save_owned(Node.objects.get(name=node), gpu.Claim(name=name, count=count, device_ids=pinned),
+                               users[owner])
     while rollup.roll(end + rollup.GRACE):
         pass
     return first

@@ -13,6 +13,7 @@ from gpufleet.claims import services
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
 from gpufleet.ingest.services import ingest_snapshot
+from gpufleet.teams.models import Team
 from tests.factories import gpu_uuid, later, snapshot
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -41,8 +42,23 @@ def shrink_node(node: Node, gpus: int) -> Node:
     return Node.objects.get(pk=node.pk)
 
 
-def claim(node: Node, name: str, user=None, count: int = 0, device_ids=()) -> Claim:
-    return services.save_claim(node, gpu.Claim(name=name, count=count, device_ids=tuple(device_ids)), user)
+def lab_team() -> Team:
+    """The team "lab" (tests/conftest.py's `lab`), made on first use."""
+    return Team.objects.get_or_create(name="lab")[0]
+
+
+def claim(node: Node, name: str, user=None, count: int = 0, device_ids=(), team: Team | None = None) -> Claim:
+    """Saved by `user` for `team` (None: the user's only team; the system's: "lab")."""
+    if team is None and user is None:
+        team = lab_team()
+    terms = services.Terms(owner=user, team=team) if team is not None else None
+    return services.save_claim(node, gpu.Claim(name=name, count=count, device_ids=tuple(device_ids)), user, terms=terms)
+
+
+def save_owned(node: Node, proposed: gpu.Claim, owner) -> Claim:
+    """`proposed` saved by the system for the team lab, owned by `owner`: the set-up of tests
+    about what an owner is told or charged, not about who may book (tests/claims/test_rights.py)."""
+    return services.save_claim(node, proposed, None, terms=services.Terms(owner=owner, team=lab_team()))
 
 
 def uuid(node: Node, index: int) -> str:

@@ -1,5 +1,6 @@
-"""Who may touch claims: viewers see them but every claims POST is 403 for them and
-for outsiders; operators and admins may edit (access EDIT_CLAIMS)."""
+"""Who may touch claims: viewers in no team see them but every claims POST is 403 for them
+and for outsiders; the operator and the admin of team lab may edit its claims (the
+whole matrix of rights: test_rights.py)."""
 
 from __future__ import annotations
 

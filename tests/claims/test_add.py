@@ -40,7 +40,7 @@ def test_it_audits_who_added_what(operator_client, operator):
         "train",
     )
     assert entry.before is None
-    assert entry.after == {"name": "train", "count": 3, "device_ids": [], "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}
+    assert entry.after == {"name": "train", "count": 3, "device_ids": [], "team": "lab", "owner": "otto", "contact": "", "starts_at": ANY, "ends_at": None}
 
 
 def test_it_stores_all_gpus_as_count_zero_and_chosen_gpus_by_uuid(operator_client):

@@ -51,7 +51,7 @@ def test_it_deletes_redirects_and_audits(operator_client, operator, admin_user):
     assert Node.objects.get(pk=node.pk).gpus_reserved == 0
     entry = AuditEntry.objects.get(action="claim.delete")
     assert (entry.user, entry.node_name, entry.target) == (operator, "alpha", "train")
-    assert entry.before == {"name": "train", "count": 0, "device_ids": ["2"], "owner": "ada", "contact": "", "starts_at": ANY, "ends_at": None}
+    assert entry.before == {"name": "train", "count": 0, "device_ids": ["2"], "team": "lab", "owner": "ada", "contact": "", "starts_at": ANY, "ends_at": None}
     assert entry.after is None
 
 

@@ -50,9 +50,9 @@ def test_it_saves_an_edit_and_audits_before_and_after(operator_client, admin_use
     assert Node.objects.get(pk=node.pk).gpus_reserved == 5
     entry = AuditEntry.objects.filter(action="claim.update").get()
     assert (entry.user, entry.target) == (operator, "train")
-    assert entry.before == {"name": "train", "count": 2, "device_ids": [], "owner": "ada", "contact": "", "starts_at": ANY, "ends_at": None}
+    assert entry.before == {"name": "train", "count": 2, "device_ids": [], "team": "lab", "owner": "ada", "contact": "", "starts_at": ANY, "ends_at": None}
     # The form posted no owner: the edit gives the claim to nobody, and the audit says so.
-    assert entry.after == {"name": "train", "count": 5, "device_ids": [], "owner": None, "contact": "", "starts_at": ANY, "ends_at": None}
+    assert entry.after == {"name": "train", "count": 5, "device_ids": [], "team": "lab", "owner": None, "contact": "", "starts_at": ANY, "ends_at": None}
 
 
 def test_it_keeps_its_own_gpus_when_editing(operator_client, operator):

@@ -40,7 +40,8 @@ def test_a_new_claim_is_owned_by_its_creator_starts_now_and_never_ends(operator)
     assert saved.in_force() and saved.starts_at <= timezone.now()
 
 
-def test_the_form_saves_owner_contact_and_end(operator_client, operator, viewer):
+def test_the_form_saves_owner_contact_and_end(operator_client, operator, viewer, lab):
+    lab.memberships.create(user=viewer)  # an owner is a member of the claim's team
     make_node("alpha", 4)
     response = operator_client.post(
         "/claims/nodes/alpha/new/",
@@ -149,7 +150,8 @@ def test_the_node_page_flags_ended_claims(viewer_client, operator):
     assert "claims-ended" in row
 
 
-def test_the_list_filters_by_owner_and_by_state(viewer_client, operator, viewer):
+def test_the_list_filters_by_owner_and_by_state(viewer_client, operator, viewer, lab):
+    lab.memberships.create(user=viewer)  # who books "new" for the team
     node = make_node("alpha", 4)
     past(node, "old", operator)
     ending(node, "new", viewer, timezone.now() + timedelta(hours=3))

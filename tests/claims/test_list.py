@@ -111,16 +111,16 @@ def test_it_lists_in_fixed_queries(viewer_client, operator, django_assert_num_qu
     for n in range(nodes):
         node = make_node(f"node-{n}", 4)
         Claim.objects.bulk_create(Claim(node=node, name=f"c{i}", count=1, created_by=operator) for i in range(per_node))
-    # session, user, user perms, group perms, the viewer's own claims starting or ending soon,
-    # count, page (with node, creator and owner), owner names; never the names of the nodes
-    # holding claims
+    # session, user, user perms, group perms, the viewer's teams (rights), the viewer's own
+    # claims starting or ending soon, count, page (with node, team, creator and owner), owner
+    # names; never the names of the nodes holding claims
     with django_assert_num_queries(8):
         response = viewer_client.get("/claims/")
     html = response.content.decode()
     assert len(_rows(html)) == min(50, nodes * per_node)
     assert '<option value="node-0"' not in html
     # The fragment does not draw the form or the reminders, so it skips the owner names and those.
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         response = viewer_client.get("/claims/?node=node-0", **HTMX)
     assert len(_rows(response.content.decode())) == per_node
 

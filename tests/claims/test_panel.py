@@ -110,7 +110,8 @@ def test_it_renders_the_panel_in_fixed_queries(operator_client, operator, django
     node = make_node("alpha", gpus)
     claim(node, "train", operator, count=1)
     claim(node, "eval", operator, device_ids=["0"])
-    # session, user, user perms, group perms, node, devices, claims, audit entries (the
-    # owner is a user name typed: no list of the site's users)
-    with django_assert_num_queries(8):
+    # session, user, user perms, group perms, node, the operator's teams (rights), the teams
+    # to book for (the form's), devices, claims, their teams, audit entries (the owner is a
+    # user name typed: no list of the site's users)
+    with django_assert_num_queries(11):
         _panel(operator_client)

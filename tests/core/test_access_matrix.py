@@ -29,6 +29,11 @@ from gpufleet.jobs.models import Job, JobKind
 from tests.claims.helpers import claim
 from tests.factories import ingest
 
+# Booking and changing claims follow the claims rights (gpufleet/claims/rights.py, tested
+# as their own matrix in tests/claims/test_rights.py): by role alone, in no team, only
+# admins have them; the people probing here are in no team.
+BOOK = "book"
+
 # url name -> (action it needs, method to probe it with)
 REQUIRED = {
     "fleet:overview": (VIEW, "get"),
@@ -57,11 +62,15 @@ REQUIRED = {
     "claims:panel": (VIEW, "get"),
     "claims:use": (VIEW, "get"),
     "claims:use_export": (VIEW, "get"),
-    "claims:add": (EDIT_CLAIMS, "get"),
-    "claims:validate_new": (EDIT_CLAIMS, "post"),
-    "claims:edit": (EDIT_CLAIMS, "get"),
-    "claims:validate": (EDIT_CLAIMS, "post"),
-    "claims:delete": (EDIT_CLAIMS, "get"),
+    "claims:add": (BOOK, "get"),
+    "claims:validate_new": (BOOK, "post"),
+    "claims:edit": (BOOK, "get"),
+    "claims:validate": (BOOK, "post"),
+    "claims:delete": (BOOK, "get"),
+    "teams:list": (VIEW, "get"),
+    "teams:detail": (VIEW, "get"),
+    "api:teams": (VIEW, "get"),
+    "api:team": (VIEW, "get"),
     "api:nodes": (VIEW, "get"),
     "api:node": (VIEW, "get"),
     "api:node_devices": (VIEW, "get"),
@@ -120,7 +129,7 @@ ROLES = {
     None: set(),
     "viewer": {VIEW},
     "operator": {VIEW, EDIT_CLAIMS, DIAGNOSE, MAINTAIN},
-    "admin": {VIEW, EDIT_CLAIMS, DIAGNOSE, MAINTAIN, APPLY_FIX, ACKNOWLEDGE_XID, MANAGE_ALERTS, RUN_DCGM_DIAG},
+    "admin": {VIEW, EDIT_CLAIMS, BOOK, DIAGNOSE, MAINTAIN, APPLY_FIX, ACKNOWLEDGE_XID, MANAGE_ALERTS, RUN_DCGM_DIAG},
 }
 
 

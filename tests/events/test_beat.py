@@ -70,9 +70,9 @@ def test_refusals_of_a_node_make_one_event_per_reason_that_counts_them_and_close
     assert event.closed_at == now + timedelta(seconds=60)
 
 
-def test_an_ended_claim_is_an_event_until_released_and_its_release_is_one(operator):
+def test_an_ended_claim_is_an_event_until_released_and_its_release_is_one(operator, lab):
     node = Node.objects.create(name="n", gpu_count=2)
-    claim = Claim.objects.create(node=node, name="train", count=1, starts_at=timezone.now() - timedelta(hours=3),
+    claim = Claim.objects.create(node=node, team=lab, name="train", count=1, starts_at=timezone.now() - timedelta(hours=3),
                                  ends_at=timezone.now() - timedelta(hours=1))
     claim_tasks.release_expired()  # GPUFLEET_RELEASE_EXPIRED is off: flagged, not released
     expired = Event.objects.get(kind=Kind.CLAIM_EXPIRED)

@@ -13,6 +13,7 @@ from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
 from gpufleet.fleet.tasks import roll_history
 from gpufleet.ingest.services import ingest_snapshot
+from gpufleet.teams.models import Team
 from tests.factories import hx, ingest, snapshot
 
 
@@ -117,21 +118,24 @@ def _with_history(name: str, gpus: int) -> None:
 
 
 # session, user, permissions (user, groups), node, findings; the claims panel's
-# own (devices, claims, recent claim changes, no list of users: owned by the claims editor, so this
-# number moves when that panel does); devices, the history of all its GPUs (the
+# own (devices, claims, the person's teams and the teams the form offers, recent claim
+# changes; and the teams of its claims when any has one: CLAIM_TEAMS, no list of users: owned by the claims editor, so this number
+# moves when that panel does); devices, the history of all its GPUs (the
 # default 24 h: five-minute rollups, then the raw samples after them), recent jobs,
 # the timeline's last events, the last DCGM diagnostic (its validation is joined to the node).
 # Nothing per GPU.
-NODE_PAGE_QUERIES = 14
+NODE_PAGE_QUERIES = 16
+CLAIM_TEAMS = 1
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("gpus", [2, 8])
-def test_it_reads_a_fixed_number_of_queries(admin_role_client, django_assert_num_queries, gpus):
+def test_it_reads_a_fixed_number_of_queries(admin_role_client, lab, django_assert_num_queries, gpus):
     _with_history("alpha", gpus)
     node = Node.objects.get(name="alpha")
-    Claim.objects.create(node=node, name="train", device_ids=["0"])
-    with django_assert_num_queries(NODE_PAGE_QUERIES):
+    Claim.objects.create(node=node, team=lab, name="train", device_ids=["0"])
+    Claim.objects.create(node=node, team=Team.objects.create(name="vision"), name="eval", device_ids=["1"])
+    with django_assert_num_queries(NODE_PAGE_QUERIES + CLAIM_TEAMS):
         page = admin_role_client.get("/nodes/alpha/").content.decode()
     assert page.count('<svg class="spark"') == gpus
 

@@ -72,7 +72,7 @@ def test_once_sends_a_round_claims_some_nodes_and_silences_the_offline_ones(deli
     assert Node.objects.filter(simulated=True).count() == 60
     offline = {n.name for n in fleet if n.offline}
     assert offline and set(Node.objects.filter(offline=True).values_list("name", flat=True)) == offline
-    claimed = Claim.objects.filter(created_by__username=simulation.SIMULATOR_USERNAME)
+    claimed = Claim.objects.filter(owner__username=simulation.SIMULATOR_USERNAME)
     assert 15 <= claimed.count() <= 45
     for claim in claimed.select_related("node"):
         # Saved through the ledger, so each node's reserved count says so.
@@ -80,7 +80,7 @@ def test_once_sends_a_round_claims_some_nodes_and_silences_the_offline_ones(deli
 
     # A second run claims nothing twice.
     call_command("simulate", "--nodes", "60", "--once", "--seed", "3", "--claims-percent", "50")
-    assert claimed.count() == Claim.objects.filter(created_by__username=simulation.SIMULATOR_USERNAME).count()
+    assert claimed.count() == Claim.objects.filter(owner__username=simulation.SIMULATOR_USERNAME).count()
 
 
 def test_remove_deletes_the_simulated_nodes_only(delivered):

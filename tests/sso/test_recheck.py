@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from gpufleet.api.models import ApiToken
 from gpufleet.audit.models import Action, AuditEntry
+from tests.claims.helpers import lab_team
 from tests.sso import ldap_server, provider
 from tests.sso.test_ldap_login import log_in as ldap_log_in
 from tests.sso.test_oidc_login import log_in as oidc_log_in
@@ -45,6 +46,13 @@ def writes(secret: str) -> int:
         "/api/nodes/alpha/claims/", body, content_type="application/json").status_code
 
 
+def nightly_token(user):
+    """A read-write token of `user`, who is put in team lab: writing a claim is a team
+    member's (tests/claims/test_rights.py), and these tests are about the role."""
+    lab_team().memberships.get_or_create(user=user)
+    return ApiToken.issue(user, "nightly", ApiToken.Scope.READ_WRITE)
+
+
 def roles(user) -> list[str]:
     return sorted(user.groups.values_list("name", flat=True))
 
@@ -58,7 +66,7 @@ def last_refusal(target: str) -> dict:
 def test_ldap_removed_from_the_group_the_session_and_the_token_stop_at_the_recheck(ldap_site, directory, alpha):
     client, _ = ldap_log_in("alice")
     alice = User.objects.get(username="alice")
-    _, secret = ApiToken.issue(alice, "nightly", ApiToken.Scope.READ_WRITE)
+    _, secret = nightly_token(alice)
     assert writes(secret) == 201
 
     directory.remove_member("gpu-operators", "alice")
@@ -86,7 +94,7 @@ def test_ldap_removed_from_the_group_the_session_and_the_token_stop_at_the_reche
 @pytest.mark.django_db
 def test_ldap_a_person_still_in_the_group_keeps_access_and_is_asked_once_an_interval(ldap_site, alpha, monkeypatch):
     client, _ = ldap_log_in("alice")
-    _, secret = ApiToken.issue(User.objects.get(username="alice"), "nightly", ApiToken.Scope.READ_WRITE)
+    _, secret = nightly_token(User.objects.get(username="alice"))
     with later():
         assert client.get(reverse("fleet:overview")).status_code == 200
         assert writes(secret) == 201
@@ -107,7 +115,7 @@ def test_the_beat_takes_access_from_a_token_holder_who_is_not_seen(ldap_site, di
     assert site.CELERY_BEAT_SCHEDULE["sso-recheck"]["task"] == "gpufleet.sso.tasks.recheck_directory"
     ldap_log_in("alice")
     alice = User.objects.get(username="alice")
-    _, secret = ApiToken.issue(alice, "nightly", ApiToken.Scope.READ_WRITE)
+    _, secret = nightly_token(alice)
     directory.remove_member("gpu-operators", "alice")
 
     tasks.recheck_directory.apply()  # not due yet
@@ -129,7 +137,7 @@ def test_oidc_removed_from_the_group_the_session_and_the_token_stop_at_the_reche
     client = Client()
     oidc_log_in(client, openid_provider, "olivia")
     olivia = User.objects.get(username="olivia")
-    _, secret = ApiToken.issue(olivia, "nightly", ApiToken.Scope.READ_WRITE)
+    _, secret = nightly_token(olivia)
     with later():  # still in the group: the refreshed user info says so
         assert client.get("/claims/").status_code == 200 and writes(secret) == 201
 
@@ -150,7 +158,7 @@ def test_a_proxys_changed_groups_header_counts_at_the_next_request(settings, alp
     client = Client()
     assert through_proxy(client, "/", "alice", "gpu-users").status_code == 200
     alice = User.objects.get(username="alice")
-    _, secret = ApiToken.issue(alice, "nightly", ApiToken.Scope.READ_WRITE)
+    _, secret = nightly_token(alice)
 
     assert through_proxy(client, "/", "alice", "gpu-operators").status_code == 200
     assert roles(alice) == ["operator"] and writes(secret) == 201

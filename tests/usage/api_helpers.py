@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from gpufleet import gpu
 from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
 from gpufleet.ingest.services import ingest_snapshots
 from gpufleet.teams.models import Team
 from gpufleet.usage import record, rollup
 from gpufleet.usage.models import UsageFiveMinutes, UsageHour
-from tests.claims.helpers import claim
+from tests.claims.helpers import claim, save_owned
 from tests.factories import snapshot
 
 DAY = "2025-03-04"
@@ -66,5 +67,5 @@ def ingested_day(otto, vera) -> None:
         if step == 0:
             train = claim(Node.objects.get(name="alpha"), "train", otto, count=2)
             Claim.objects.filter(pk=train.pk).update(team=Team.objects.create(name="vision"))
-            claim(Node.objects.get(name="beta"), "notebooks", vera)
+            save_owned(Node.objects.get(name="beta"), gpu.Claim("notebooks"), vera)  # vera is in no team
     rollup.roll(TEN + timedelta(hours=2, minutes=5))

@@ -11,9 +11,9 @@ import pytest
 import time_machine
 
 from gpufleet import gpu
-from gpufleet.claims import services
 from gpufleet.claims.models import Claim
 from gpufleet.ingest.services import ingest_snapshot
+from tests.claims.helpers import save_owned
 from tests.factories import snapshot
 
 SITE = "https://fleet.example.com"
@@ -59,7 +59,7 @@ def idle_claim(settings, owner, node: str = "alpha", gpus: int = 2, minutes: int
 
     # Made with the first snapshot: a claim is never idle from before it began.
     with time_machine.travel(start, tick=False):
-        claim = services.save_claim(Node.objects.get(name=node), gpu.Claim("train", count=gpus), owner)
+        claim = save_owned(Node.objects.get(name=node), gpu.Claim("train", count=gpus), owner)
     at = start + STEP
     while at <= end:
         quiet(node, gpus, at)

@@ -16,11 +16,11 @@ import time_machine
 from django.contrib.auth import get_user_model
 
 from gpufleet import gpu
-from gpufleet.claims import services as claims
 from gpufleet.fleet.models import Node
 from gpufleet.ingest.services import ingest_snapshots
 from gpufleet.usage import record, report, tasks
 from gpufleet.usage.models import UsageFiveMinutes, UsageHour
+from tests.claims.helpers import save_owned
 from tests.factories import snapshot
 
 pytestmark = pytest.mark.django_db
@@ -79,7 +79,7 @@ def test_many_jittered_snapshots_a_bucket_add_up_to_the_hours_held_used_and_unkn
                 continue
             if not claimed and moment > CLAIMED:
                 clock.move_to(CLAIMED)
-                claims.save_claim(Node.objects.get(name="solo"), gpu.Claim("night", device_ids=("0",)), alice)
+                save_owned(Node.objects.get(name="solo"), gpu.Claim("night", device_ids=("0",)), alice)
                 claimed = True
             clock.move_to(moment)
             assert [r.outcome for r in ingest_snapshots([_snapshot(template, moment)])] == ["accepted"]

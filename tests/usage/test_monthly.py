@@ -20,6 +20,7 @@ from gpufleet.fleet.models import Node
 from gpufleet.teams.models import Team
 from gpufleet.usage import monthly, rollup, tasks
 from gpufleet.usage.models import MonthlyReport
+from tests.claims.helpers import save_owned
 from tests.usage.owner_mail import SITE, STEP, mail_fixture, port_of, quiet  # noqa: F401 (the mail fixture)
 
 pytestmark = pytest.mark.django_db
@@ -45,7 +46,7 @@ def march(settings, operator, viewer):
         quiet("beta", 1, START)
         train = claims.save_claim(Node.objects.get(name="alpha"), gpu.Claim("train", count=1), operator)
         Claim.objects.filter(pk=train.pk).update(team=Team.objects.create(name="vision"))
-        claims.save_claim(Node.objects.get(name="beta"), gpu.Claim("notebooks", count=1), viewer)
+        save_owned(Node.objects.get(name="beta"), gpu.Claim("notebooks", count=1), viewer)
     moment = START + STEP
     while moment < APRIL:
         with at(moment):

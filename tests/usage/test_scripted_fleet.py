@@ -30,6 +30,7 @@ from gpufleet.ingest.services import ingest_snapshots
 from gpufleet.teams.models import Team
 from gpufleet.usage import report, rollup, tasks
 from gpufleet.usage.models import UsageFiveMinutes, UsageHour
+from tests.claims.helpers import save_owned
 from tests.factories import snapshot
 
 pytestmark = pytest.mark.django_db
@@ -312,7 +313,7 @@ def _apply(what: str, node: str | None, claim, user: str) -> None:
     users = get_user_model().objects
     if what == "claim":
         owner = users.get(username=user)
-        saved = claims.save_claim(Node.objects.get(name=node), claim, owner)
+        saved = save_owned(Node.objects.get(name=node), claim, owner)
         if claim.name in TEAM_OF:
             Claim.objects.filter(pk=saved.pk).update(team=Team.objects.get_or_create(name=TEAM_OF[claim.name])[0])
     elif what == "move claim":
