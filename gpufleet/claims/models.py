@@ -130,9 +130,11 @@ class Claim(models.Model):
         return f"{self.name} on {self.node.name}: {self.describe()}"
 
     def as_gpu_claim(self) -> gpu.Claim:
-        # In the site's time zone, so that the ledger's sentences name local times.
+        # In the site's time zone, so that the ledger's sentences name local times; with its
+        # team's name where the team was read with the claim (never a query per claim).
+        team = self.team.name if self.team_id and Claim.team.is_cached(self) else ""
         return gpu.Claim(name=self.name, count=self.count, device_ids=tuple(self.device_ids),
-                         starts_at=_local(self.starts_at), ends_at=_local(self.ends_at))
+                         starts_at=_local(self.starts_at), ends_at=_local(self.ends_at), team=team)
 
     def in_force(self, at: datetime | None = None) -> bool:
         """ClaimQuerySet.in_force for a claim already read."""

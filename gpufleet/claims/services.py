@@ -204,7 +204,7 @@ def check_claim(node: Node, proposed: gpu.Claim, editing: Claim | None = None) -
     checked from now on."""
     now = timezone.now()
     proposed = replace(proposed, starts_at=max(proposed.starts_at or now, now))
-    others = node.claims.overlapping(proposed.starts_at, proposed.ends_at)
+    others = node.claims.overlapping(proposed.starts_at, proposed.ends_at).select_related("team")
     if editing is not None and editing.pk:
         others = others.exclude(pk=editing.pk)
     return node.ledger(claims=list(others)).fit(proposed)
@@ -436,7 +436,7 @@ def plan_series(node: Node, proposed: gpu.Claim, terms: Terms, rule: str) -> lis
         if taken is not None:
             raise taken
     occurrences = [replace(proposed, name=name, starts_at=start, ends_at=end) for name, (start, end) in zip(names, windows, strict=True)]
-    others = node.claims.overlapping(windows[0][0], windows[-1][1])
+    others = node.claims.overlapping(windows[0][0], windows[-1][1]).select_related("team")
     conflicts = gpu.series_conflicts(node.ledger(claims=list(others)), occurrences)
     if conflicts:
         raise SeriesRejected(conflicts, len(occurrences))

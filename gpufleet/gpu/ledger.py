@@ -25,6 +25,7 @@ class Claim:
     device_ids: tuple[str, ...] = ()
     starts_at: datetime | None = None
     ends_at: datetime | None = None
+    team: str = ""  # whose claim it is, for the sentences that name it in another's way
 
     def __post_init__(self) -> None:
         # Callers pass lists from forms and JSON; keep the claim hashable.
@@ -44,6 +45,11 @@ class Claim:
         """Whether the two windows share an instant (an empty window has none)."""
         return (_before(self.starts_at, other.ends_at) and _before(other.starts_at, self.ends_at)
                 and _before(self.starts_at, self.ends_at) and _before(other.starts_at, other.ends_at))
+
+    @property
+    def named(self) -> str:
+        """"train-llm (team vision)", or the name alone for a claim of no team."""
+        return f"{self.name} (team {self.team})" if self.team else self.name
 
     def window(self) -> str:
         """"from Tue 8 Dec 09:00 to Thu 10 Dec 17:00 UTC", in the times' own zone."""
@@ -131,8 +137,9 @@ class DuplicateDevice(FitError):
 class DeviceTaken(FitError):
     code = "device_taken"
 
-    def __init__(self, device_id: str, index: int, holder: str, window: str = "") -> None:
-        super().__init__(f"GPU {index} ({device_id!r}) is already reserved by {holder}{_spaced(window)}")
+    def __init__(self, device_id: str, index: int, holder: str, window: str = "", team: str = "") -> None:
+        whose = f"{holder} (team {team})" if team else holder
+        super().__init__(f"GPU {index} ({device_id!r}) is already reserved by {whose}{_spaced(window)}")
         self.device_id = device_id
         self.index = index
         self.holder = holder
@@ -182,10 +189,10 @@ def _limits(other: Claim, claim: Claim) -> str:
 
 
 def _with_windows(held: Ledger, claim: Claim) -> tuple[str, ...]:
-    """The claims `held`, each with its window where that bounds the conflict; () when
-    none has such a window (the names alone say it)."""
-    windows = {c.name: _limits(c, claim) for c in held.claims}
-    if not any(windows.values()):
+    """The claims `held`, each with its team and, where that bounds the conflict, its
+    window; () when none has either (the names alone say it)."""
+    windows = {c.named: _limits(c, claim) for c in held.claims}
+    if not any(windows.values()) and not any(c.team for c in held.claims):
         return ()
     return tuple(f"{name} ({windows[name]})" if windows[name] else name for name in sorted(windows))
 
@@ -303,7 +310,7 @@ class Ledger:
         for index, device_id in named.items():
             holding = held.holding(index)
             if holding is not None:
-                return DeviceTaken(device_id, index, holding.name, _limits(holding, claim))
+                return DeviceTaken(device_id, index, holding.name, _limits(holding, claim), holding.team)
         need = len(named) if named else claim.count
         # A pinned claim needs free GPUs too: counted claims may already use up the rest.
         if need > held.free:

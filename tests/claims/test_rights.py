@@ -269,3 +269,16 @@ def test_the_api_asks_a_person_in_several_teams_which_one(world):
     assert response.json()["error"] == {"code": "invalid", "field": "team",
                                         "message": "Say which team the claim is for: audio, vision."}
     assert post_claim(_client(member), {"name": "a", "count": 1, "team": "Vision"}).json()["team"] == "vision"
+
+
+def test_a_refusal_names_the_claim_in_the_way_with_its_team(operator):
+    node = make_node("alpha", 2)
+    vision = Team.objects.create(name="vision")
+    services.save_claim(node, gpu.Claim("train-llm", device_ids=(node.devices.get(index=1).uuid,)), None,
+                        terms=services.Terms(team=vision))
+    with pytest.raises(services.ClaimRejected) as refused:
+        services.save_claim(node, gpu.Claim("eval", device_ids=("1",)), operator)
+    assert "is already reserved by train-llm (team vision)" in refused.value.message
+    with pytest.raises(services.ClaimRejected) as refused:
+        services.save_claim(node, gpu.Claim("all", count=0), operator)
+    assert "train-llm (team vision)" in refused.value.message
