@@ -87,11 +87,11 @@ class Calendar:
 
 def node_calendar(node: Node, now: datetime | None = None) -> Calendar:
     """The node's GPUs hour by hour over the next HORIZON_DAYS, and its claims for a count
-    of GPUs, each on a line. Three queries: its GPUs, its claims meeting the days, their owners."""
+    of GPUs, each on a line. Three queries: its GPUs, its claims meeting the days with their owners and teams."""
     start = calendar_start(now or timezone.now())
     slots = HORIZON_DAYS * 24
     end = start + slots * HOUR
-    rows = list(node.claims.overlapping(start, end).select_related("owner"))
+    rows = list(node.claims.overlapping(start, end).select_related("owner", "team"))
     by_name = {row.name: row for row in rows}
     ledger = node.ledger(claims=rows)
 

@@ -21,7 +21,7 @@ from gpufleet.audit.models import AuditEntry
 from gpufleet.claims import services
 from gpufleet.claims.models import Claim
 from gpufleet.teams.models import Team
-from tests.claims.helpers import NOW, TUESDAY_9, TUESDAY_17, make_node, uuid
+from tests.claims.helpers import NOW, TUESDAY_9, TUESDAY_17, lab_team, make_node, uuid
 
 pytestmark = pytest.mark.django_db
 
@@ -35,13 +35,10 @@ def _site(settings):
 
 def book(node, name, owner, starts_at=TUESDAY_9, ends_at=TUESDAY_17, team=None, count=1, device_ids=(),
          contact="#vision") -> Claim:
-    terms = services.Terms(owner=owner, contact=contact, starts_at=starts_at, ends_at=ends_at)
-    saved = services.save_claim(node, gpu.Claim(name=name, count=count, device_ids=tuple(device_ids)), owner,
-                                terms=terms)
-    if team is not None:
-        Claim.objects.filter(pk=saved.pk).update(team=team)
-        saved.refresh_from_db()
-    return saved
+    """Saved by the system for `team` (None: lab), owned by `owner`: who may book is not
+    what these tests are about (tests/claims/test_rights.py)."""
+    terms = services.Terms(owner=owner, contact=contact, starts_at=starts_at, ends_at=ends_at, team=team or lab_team())
+    return services.save_claim(node, gpu.Claim(name=name, count=count, device_ids=tuple(device_ids)), None, terms=terms)
 
 
 def url_path(feed: CalendarFeed) -> str:
@@ -221,13 +218,14 @@ def test_the_api_issues_my_feeds_on_the_first_ask_and_answers_the_same_urls_afte
     assert first.status_code == 200, first.content
     answered = first.json()["feeds"]
     assert [(f["kind"], f["name"], f["may_revoke"], f["revoked_at"]) for f in answered] == [
-        ("person", "otto", True, None), ("team", "vision", True, None)]
+        ("person", "otto", True, None), ("team", "lab", False, None), ("team", "vision", True, None)]
     assert all(f["url"].startswith("http://testserver/calendar/") for f in answered)
     assert sorted(AuditEntry.objects.values_list("action", "target")) == [
-        ("feed.create", "calendar feed of otto"), ("feed.create", "calendar feed of team vision")]
+        ("feed.create", "calendar feed of otto"), ("feed.create", "calendar feed of team lab"),
+        ("feed.create", "calendar feed of team vision")]
     assert client.get("/api/calendar/").json()["feeds"] == answered
-    assert CalendarFeed.objects.count() == 2
-    path = answered[1]["url"].removeprefix("http://testserver")
+    assert CalendarFeed.objects.count() == 3
+    path = answered[2]["url"].removeprefix("http://testserver")
     assert Client().get(path).status_code == 200
 
 
@@ -273,7 +271,7 @@ def test_revoking_my_feed_ends_its_url_audited_and_it_stays_revoked(operator_cli
     entry = AuditEntry.objects.get(action="feed.revoke")
     assert (entry.user, entry.target, entry.before) == (operator, "calendar feed of otto", {"user": "otto"})
     page = operator_client.get("/tokens/").content.decode()
-    assert CalendarFeed.objects.count() == 1  # not issued again by looking
+    assert CalendarFeed.objects.filter(user=operator).count() == 1  # not issued again by looking
     assert "Issue a new URL" in page and path not in page
 
 

@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("monday")]
 @pytest.fixture
 def booked(operator):
     team = Team.objects.create(name="vision", max_gpus=2)
+    team.memberships.create(user=operator)
     return services.save_claim(make_node("alpha", 8), gpu.Claim("train", count=2), operator,
                                terms=services.Terms(owner=operator, starts_at=TUESDAY_9, ends_at=TUESDAY_17, team=team))
 

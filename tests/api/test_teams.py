@@ -40,9 +40,11 @@ def test_an_admin_makes_changes_and_deletes_a_team_audited(admin_role_client, op
     entries = list(AuditEntry.objects.filter(action__startswith="team.").order_by("pk"))
     assert [(e.action, e.username) for e in entries] == [
         ("team.create", "ada"), ("team.update", "ada"), ("team.update", "ada"), ("team.delete", "ada")]
-    assert entries[1].before == {"name": "vision", "members": ["otto", "vera"], "leads": ["otto"]}
-    assert entries[1].after == {"name": "vision", "members": ["otto"], "leads": ["otto"]}
-    assert entries[3].before == {"name": "sight", "members": ["otto"], "leads": []}
+    no_quotas = {"quotas": {"max_gpus": None, "max_gpus_by_model": {}, "gpu_hours_per_month": None,
+                            "max_gpu_hours_ahead": None}}
+    assert entries[1].before == {"name": "vision", "members": ["otto", "vera"], "leads": ["otto"], **no_quotas}
+    assert entries[1].after == {"name": "vision", "members": ["otto"], "leads": ["otto"], **no_quotas}
+    assert entries[3].before == {"name": "sight", "members": ["otto"], "leads": [], **no_quotas}
     assert not Team.objects.filter(name="sight").exists()
 
 

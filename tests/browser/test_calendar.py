@@ -30,7 +30,7 @@ def test_a_free_span_books_in_place_on_a_phone(browser, live_server, operator, a
     page.goto("/nodes/alpha/")
     page.evaluate("window.sameDocument = true")
     calendar = page.locator("#node-calendar")
-    expect(calendar.locator("td.calendar-held")).to_have_text("train · otto")
+    expect(calendar.locator("td.calendar-held")).to_have_text("train · lab · otto")
     assert page.evaluate("document.documentElement.scrollWidth") <= 375, "the page itself never scrolls sideways"
     page.screenshot(path=str(artifacts / "calendar-phone.png"), full_page=True)
 
@@ -45,7 +45,7 @@ def test_a_free_span_books_in_place_on_a_phone(browser, live_server, operator, a
     form.get_by_role("button", name="Add claim").click()
     expect(page.locator(".claims-notice")).to_contain_text("Claim eval added")
     # The calendar follows the change.
-    expect(calendar.locator("tr", has_text="GPU 1").locator("td.calendar-held")).to_have_text("eval · otto")
+    expect(calendar.locator("tr", has_text="GPU 1").locator("td.calendar-held")).to_have_text("eval · lab · otto")
     saved = Claim.objects.get(name="eval")
     assert saved.device_ids == [uuid(node, 1)] and saved.ends_at is not None
     context.close()

@@ -58,11 +58,11 @@ def test_the_calendar_shows_each_claim_as_a_bar_with_its_owner_and_free_spans_to
     shown = lines(html)
     assert list(shown) == ["GPU 0", "GPU 1", "GPU 2", "GPU 3", "4 GPUs"]
     # From Monday noon: 21 hours free, the booking's 8, then the sweep fills the node for 2.
-    assert shown["GPU 3"] == [(21, "calendar-free", "free"), (8, "calendar-held", "train <llm> · otto"),
+    assert shown["GPU 3"] == [(21, "calendar-free", "free"), (8, "calendar-held", "train <llm> · lab · otto"),
                               (2, "calendar-full", "full"), (14 * 24 - 31, "calendar-free", "free")]
     assert shown["GPU 0"] == [(29, "calendar-free", "free"), (2, "calendar-full", "full"), (14 * 24 - 31, "calendar-free", "free")]
-    assert shown["4 GPUs"] == [(29, "", ""), (2, "calendar-held", "sweep · otto"), (14 * 24 - 31, "", "")]
-    assert 'title="train &lt;llm&gt; · otto, from Tue 8 Dec 09:00 to Tue 8 Dec 17:00 UTC"' in html
+    assert shown["4 GPUs"] == [(29, "", ""), (2, "calendar-held", "sweep · lab · otto"), (14 * 24 - 31, "", "")]
+    assert 'title="train &lt;llm&gt; · lab · otto, from Tue 8 Dec 09:00 to Tue 8 Dec 17:00 UTC"' in html
     # Booking a free span: that GPU, its window; the span that has begun starts "now" (no start).
     gpu3 = [q for q in book_links(html) if q["devices"] == [uuid(node, 3)]]
     assert gpu3 == [
@@ -100,7 +100,7 @@ def test_a_viewer_sees_the_calendar_without_links_to_book(viewer_client, operato
     node = make_node("alpha", 2)
     book(node, "train", operator, TUESDAY_9, TUESDAY_17, gpus=(0,))
     html = viewer_client.get("/claims/nodes/alpha/calendar/", **HTMX).content.decode()
-    assert "train · otto" in html
+    assert "train · lab · otto" in html
     assert book_links(html) == [] and "claims/nodes/alpha/new" not in html
 
 

@@ -114,7 +114,7 @@ def test_it_lists_in_fixed_queries(viewer_client, operator, django_assert_num_qu
     # session, user, user perms, group perms, the viewer's teams (rights), the viewer's own
     # claims starting or ending soon, count, page (with node, team, creator and owner), owner
     # names; never the names of the nodes holding claims
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(9):
         response = viewer_client.get("/claims/")
     html = response.content.decode()
     assert len(_rows(html)) == min(50, nodes * per_node)
@@ -132,7 +132,7 @@ def test_it_names_pinned_gpus_in_fixed_queries(viewer_client, operator, django_a
         Claim.objects.bulk_create(Claim(node=node, name=f"c{i}", device_ids=[uuid(node, i)], created_by=operator)
                                   for i in range(per_node))
     # As above, and the current GPUs of the listed nodes, once for the page.
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(10):
         response = viewer_client.get("/claims/")
     html = response.content.decode()
     assert len(_rows(html)) == nodes * per_node and html.count(">GPU 0</span>") == nodes

@@ -19,7 +19,7 @@ from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
 from gpufleet.ingest.services import ingest_snapshot
 from gpufleet.teams.models import Team
-from tests.claims.helpers import NOW, TUESDAY_9, TUESDAY_17, make_node
+from tests.claims.helpers import NOW, TUESDAY_9, TUESDAY_17, lab_team, make_node
 from tests.factories import snapshot
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("monday")]
@@ -137,7 +137,7 @@ def test_an_admin_books_over_quota_saying_why_audited_and_kept_on_the_claim(team
     entry = AuditEntry.objects.get(action="claim.create", target="big")
     assert entry.after["quota_override_reason"] == "the paper deadline, agreed with the lab"
     # A booking within the quota keeps no reason: there is nothing to explain.
-    assert book(node, "small", admin_user, None, count=1, reason="habit").quota_override_reason == ""
+    assert book(node, "small", admin_user, lab_team(), count=1, reason="habit").quota_override_reason == ""
 
 
 def test_a_series_over_quota_is_booked_by_an_admin_with_the_reason_on_every_occurrence(team, admin_user):
@@ -171,9 +171,10 @@ def test_an_edit_asking_no_more_is_never_refused_after_the_quota_is_lowered(team
                             terms=services.Terms(owner=operator, starts_at=TUESDAY_9, ends_at=TUESDAY_17 + H))
 
 
-def test_a_claim_of_no_team_has_no_quota(team, operator):
+def test_a_claim_of_no_team_has_no_quota(team):
+    # Only the system saves a claim of no team (a person's claim is always a team's).
     limit(team, max_gpus=0)
-    assert book(make_node("alpha", 8), "free", operator, None, count=8).team is None
+    assert book(make_node("alpha", 8), "free", None, None, count=8).team is None
 
 
 def test_the_teams_claims_are_read_in_the_same_queries_however_many_nodes_they_are_on(team, operator):

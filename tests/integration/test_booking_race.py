@@ -74,12 +74,15 @@ def _bookings(rng: random.Random, nodes: list[str], now: datetime) -> list[Booki
 
 
 def writer_token(django_user_model, number: int) -> str:
-    """A person who may book, and their API token (read-write). The one place a writer
-    is made: where booking needs more (a team), it is given here."""
+    """A person who may book, and their API token (read-write): an operator in one of two
+    teams sharing the fleet, whose bookings go to that team (their only one)."""
     from django.contrib.auth.models import Group
+
+    from gpufleet.teams.models import Team
 
     user = django_user_model.objects.create_user(username=f"writer{number:02d}")
     user.groups.add(Group.objects.get(name="operator"))
+    Team.objects.get_or_create(name=("vision", "nlp")[number % 2])[0].memberships.create(user=user)
     _, secret = ApiToken.issue(user, "race", "read_write")
     return secret
 
@@ -212,6 +215,7 @@ def test_fifty_writers_booking_at_once_never_hold_a_gpu_twice(django_user_model,
     # Both outcomes, many of each: the writers did compete for the same GPUs.
     assert BOOKINGS // 10 < len(booked) < BOOKINGS - BOOKINGS // 10, f"seed {seed}: {len(booked)} of {BOOKINGS} booked"
     assert set(Claim.objects.values_list("name", flat=True)) == booked, f"seed {seed}"
+    assert set(Claim.objects.values_list("team__name", flat=True)) == {"vision", "nlp"}, f"seed {seed}"
 
     twice = gpus_held_twice()
     assert not twice, f"seed {seed}: GPUs held twice at once (node, GPU, claim, window, claim, window): {twice[:10]}"

@@ -62,4 +62,4 @@ def test_a_quota_by_model_must_give_each_model_a_number_of_gpus(admin_role_clien
     response = _add_team(admin_role_client, {"max_gpus_by_model": by_model})
     assert response.status_code == 200
     assert "Give each model its most GPUs" in response.content.decode()
-    assert not Team.objects.exists()
+    assert not Team.objects.filter(name="vision").exists()

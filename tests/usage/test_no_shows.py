@@ -31,7 +31,7 @@ def owner(operator):
 
 
 @pytest.fixture
-def lab(settings, owner, monday, mailoutbox) -> Claim:
+def booking(settings, owner, monday, mailoutbox) -> Claim:
     """Both GPUs of alpha (quiet since Monday noon) booked on Monday for Tuesday 09:00-17:00;
     the idle rule a day, a no-show two hours, the grace one hour; mail in Django's outbox."""
     settings.GPUFLEET_COLLECT_INTERVAL = int(STEP.total_seconds())
@@ -58,13 +58,13 @@ def beat(clock, at: datetime) -> idle.Outcome:
     return idle.run()
 
 
-def test_a_booking_with_no_work_two_hours_after_its_start_is_warned_then_released(monday, lab, mailoutbox):
+def test_a_booking_with_no_work_two_hours_after_its_start_is_warned_then_released(monday, booking, mailoutbox):
     report_until(monday, TUESDAY_9 - STEP, TUESDAY_9 + timedelta(hours=2) - STEP)
-    assert Claim.objects.get(pk=lab.pk).idle_since is None  # not two hours yet
+    assert Claim.objects.get(pk=booking.pk).idle_since is None  # not two hours yet
     assert beat(monday, TUESDAY_9 + timedelta(hours=2) - STEP) == idle.Outcome()
 
     report_until(monday, TUESDAY_9 + timedelta(hours=2), TUESDAY_9 + timedelta(hours=2))
-    flagged = Claim.objects.get(pk=lab.pk)
+    flagged = Claim.objects.get(pk=booking.pk)
     assert flagged.idle_since == TUESDAY_9 and flagged.no_show
     told = TUESDAY_9 + timedelta(hours=2)
     assert beat(monday, told).warned == ["lab on alpha"]
@@ -75,7 +75,7 @@ def test_a_booking_with_no_work_two_hours_after_its_start_is_warned_then_release
         "Booking 'lab' (2 GPUs) on alpha has done no work since it started at 2026-12-08 09:00 UTC: "
         "4.0 GPU-hours reserved and unused. It will be released at 2026-12-08 12:00 UTC unless one of its GPUs"
         " does work.")
-    assert f"{SITE}/nodes/alpha/#claim-{lab.pk}" in message.body
+    assert f"{SITE}/nodes/alpha/#claim-{booking.pk}" in message.body
     assert Event.objects.get(kind=Kind.CLAIM_IDLE).message in message.body
     assert beat(monday, told + timedelta(minutes=30)) == idle.Outcome()  # told once
 
@@ -83,7 +83,7 @@ def test_a_booking_with_no_work_two_hours_after_its_start_is_warned_then_release
     report_until(monday, told + STEP, told + timedelta(hours=1) - STEP)
     assert beat(monday, told + timedelta(hours=1) - STEP).released == []
     assert beat(monday, told + timedelta(hours=1)).released == ["lab on alpha"]
-    assert not Claim.objects.filter(pk=lab.pk).exists()
+    assert not Claim.objects.filter(pk=booking.pk).exists()
     entry = AuditEntry.objects.get(action="claim.delete")
     assert (entry.user, entry.target, entry.before["starts_at"]) == (None, "lab", TUESDAY_9.isoformat())
     released = Event.objects.get(kind=Kind.CLAIM_RELEASED)
@@ -91,35 +91,35 @@ def test_a_booking_with_no_work_two_hours_after_its_start_is_warned_then_release
     assert mailoutbox[1].subject == "gpufleet: your idle claim lab on alpha was released"
 
 
-def test_a_booking_whose_gpu_did_work_after_its_start_is_no_no_show(monday, lab, mailoutbox):
+def test_a_booking_whose_gpu_did_work_after_its_start_is_no_no_show(monday, booking, mailoutbox):
     report_until(monday, TUESDAY_9 - STEP, TUESDAY_9 + timedelta(hours=3), busy_at=TUESDAY_9 + timedelta(minutes=30))
-    assert Claim.objects.get(pk=lab.pk).idle_since is None  # judged by the idle rule's day from its work
+    assert Claim.objects.get(pk=booking.pk).idle_since is None  # judged by the idle rule's day from its work
     assert beat(monday, TUESDAY_9 + timedelta(hours=3)) == idle.Outcome()
     assert mailoutbox == []
 
 
-def test_a_claim_made_at_its_start_waits_for_the_idle_rule(monday, lab, owner):
+def test_a_claim_made_at_its_start_waits_for_the_idle_rule(monday, booking, owner):
     monday.move_to(TUESDAY_9)
     node = Node.objects.get(name="alpha")
-    Claim.objects.filter(pk=lab.pk).delete()
+    Claim.objects.filter(pk=booking.pk).delete()
     made_now = services.save_claim(node, gpu.Claim("train", count=2), owner)
     assert not made_now.made_ahead
     report_until(monday, TUESDAY_9 + STEP, TUESDAY_9 + timedelta(hours=3))
     assert Claim.objects.get(pk=made_now.pk).idle_since is None
 
 
-def test_no_show_hours_of_zero_leaves_bookings_to_the_idle_rule(settings, monday, lab):
+def test_no_show_hours_of_zero_leaves_bookings_to_the_idle_rule(settings, monday, booking):
     settings.GPUFLEET_NO_SHOW_HOURS = 0
     report_until(monday, TUESDAY_9 - STEP, TUESDAY_9 + timedelta(hours=3))
-    assert Claim.objects.get(pk=lab.pk).idle_since is None
+    assert Claim.objects.get(pk=booking.pk).idle_since is None
 
 
-def test_a_no_show_flagged_by_a_shorter_idle_rule_is_still_released_without_release_idle(settings, monday, lab):
+def test_a_no_show_flagged_by_a_shorter_idle_rule_is_still_released_without_release_idle(settings, monday, booking):
     """With the idle rule under the no-show hours the booking is flagged by it first; being
     idle from its start, it is a no-show all the same."""
     settings.GPUFLEET_IDLE_HOURS = 1
     report_until(monday, TUESDAY_9 - STEP, TUESDAY_9 + timedelta(hours=1))
-    assert Claim.objects.get(pk=lab.pk).no_show
+    assert Claim.objects.get(pk=booking.pk).no_show
     assert beat(monday, TUESDAY_9 + timedelta(hours=1)).warned == ["lab on alpha"]
     assert beat(monday, TUESDAY_9 + timedelta(hours=2)).released == ["lab on alpha"]
 
@@ -135,6 +135,6 @@ def test_an_idle_claim_that_is_no_booking_is_still_kept_without_release_idle(set
     assert beat(monday, NOW + timedelta(hours=3)).released == []
 
 
-def test_the_claims_list_shows_a_no_show(monday, lab, viewer_client):
+def test_the_claims_list_shows_a_no_show(monday, booking, viewer_client):
     report_until(monday, TUESDAY_9 - STEP, TUESDAY_9 + timedelta(hours=2))
     assert "no-show: idle since" in viewer_client.get("/claims/").content.decode()

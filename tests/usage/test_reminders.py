@@ -29,7 +29,7 @@ def owner(operator):
 
 
 @pytest.fixture
-def lab(settings, owner, monday) -> Claim:
+def booking(settings, owner, monday) -> Claim:
     """Two GPUs of alpha booked on Monday for Tuesday 09:00-17:00; mail in Django's outbox."""
     settings.EMAIL_HOST, settings.DEFAULT_FROM_EMAIL = "mail.example.com", "gpufleet@example.com"
     settings.GPUFLEET_SITE_URL = SITE
@@ -48,7 +48,7 @@ def beat(clock, at) -> reminders.Outcome:
     return reminders.run()
 
 
-def test_the_owner_is_told_an_hour_before_the_booking_starts_once(monday, lab, mailoutbox):
+def test_the_owner_is_told_an_hour_before_the_booking_starts_once(monday, booking, mailoutbox):
     assert beat(monday, TUESDAY_9 - HOUR - timedelta(seconds=1)) == reminders.Outcome()
     assert mailoutbox == []
 
@@ -59,9 +59,9 @@ def test_the_owner_is_told_an_hour_before_the_booking_starts_once(monday, lab, m
     assert message.body.startswith(
         "Your booking 'lab' (2 GPUs) on alpha starts soon: it holds its GPUs from Tue 8 Dec 09:00 to Tue 8 Dec"
         " 17:00 UTC.")
-    assert f"{SITE}/nodes/alpha/#claim-{lab.pk}" in message.body
+    assert f"{SITE}/nodes/alpha/#claim-{booking.pk}" in message.body
     assert "within 2 hours of its start" in message.body  # the no-show rule, said ahead
-    assert Claim.objects.get(pk=lab.pk).start_reminded_at == TUESDAY_9 - HOUR
+    assert Claim.objects.get(pk=booking.pk).start_reminded_at == TUESDAY_9 - HOUR
 
     # However often the beat runs, one reminder; none once it started.
     for at in (TUESDAY_9 - HOUR / 2, TUESDAY_9 - timedelta(seconds=1), TUESDAY_9, TUESDAY_9 + HOUR):
@@ -69,7 +69,7 @@ def test_the_owner_is_told_an_hour_before_the_booking_starts_once(monday, lab, m
     assert len(mailoutbox) == 1
 
 
-def test_the_owner_is_told_an_hour_before_it_ends_once(monday, lab, mailoutbox):
+def test_the_owner_is_told_an_hour_before_it_ends_once(monday, booking, mailoutbox):
     beat(monday, TUESDAY_9 - HOUR)
     assert beat(monday, TUESDAY_17 - HOUR - timedelta(seconds=1)) == reminders.Outcome()
     assert beat(monday, TUESDAY_17 - HOUR).ending == ["lab on alpha"]
@@ -82,9 +82,9 @@ def test_the_owner_is_told_an_hour_before_it_ends_once(monday, lab, mailoutbox):
     assert len(mailoutbox) == 2
 
 
-def test_a_moved_start_is_reminded_again_and_an_unmoved_end_is_not(monday, owner, lab, mailoutbox):
+def test_a_moved_start_is_reminded_again_and_an_unmoved_end_is_not(monday, owner, booking, mailoutbox):
     beat(monday, TUESDAY_9 - HOUR)
-    moved = book(owner, TUESDAY_9 + HOUR, TUESDAY_17, editing=lab)
+    moved = book(owner, TUESDAY_9 + HOUR, TUESDAY_17, editing=booking)
     assert (moved.start_reminded_at, moved.end_reminded_at) == (None, None)
     assert beat(monday, TUESDAY_9 - HOUR / 2) == reminders.Outcome()  # 90 minutes before its new start
     assert beat(monday, TUESDAY_9).starting == ["lab on alpha"]
@@ -92,20 +92,20 @@ def test_a_moved_start_is_reminded_again_and_an_unmoved_end_is_not(monday, owner
 
     # An end reminded, then moved later: reminded again an hour before the new end.
     assert beat(monday, TUESDAY_17 - HOUR).ending == ["lab on alpha"]
-    later = book(owner, TUESDAY_9 + HOUR, TUESDAY_17 + HOUR, editing=Claim.objects.get(pk=lab.pk))
+    later = book(owner, TUESDAY_9 + HOUR, TUESDAY_17 + HOUR, editing=Claim.objects.get(pk=booking.pk))
     assert later.start_reminded_at == TUESDAY_9 and later.end_reminded_at is None  # its start did not move
     assert beat(monday, TUESDAY_17 - HOUR / 2) == reminders.Outcome()
     assert beat(monday, TUESDAY_17).ending == ["lab on alpha"]
     assert len(mailoutbox) == 4
 
 
-def test_a_claim_made_now_is_not_reminded_of_its_start(monday, owner, lab, mailoutbox):
+def test_a_claim_made_now_is_not_reminded_of_its_start(monday, owner, booking, mailoutbox):
     made_now = services.save_claim(Node.objects.get(name="alpha"), gpu.Claim("train", count=1), owner)
     assert beat(monday, NOW + timedelta(minutes=1)) == reminders.Outcome()
     assert Claim.objects.get(pk=made_now.pk).start_reminded_at is None and mailoutbox == []
 
 
-def test_an_owner_with_no_address_is_reminded_on_the_site_alone(monday, operator_client, owner, lab, mailoutbox):
+def test_an_owner_with_no_address_is_reminded_on_the_site_alone(monday, operator_client, owner, booking, mailoutbox):
     owner.email = ""
     owner.save()
     assert beat(monday, TUESDAY_9 - HOUR).starting == ["lab on alpha"]
@@ -120,14 +120,14 @@ def _reminders_shown(client) -> str:
 
 
 def test_the_claims_page_shows_its_owner_what_starts_or_ends_within_the_hour(
-        monday, lab, operator_client, viewer_client):
+        monday, booking, operator_client, viewer_client):
     monday.move_to(TUESDAY_9 - HOUR - timedelta(minutes=1))
     assert _reminders_shown(operator_client) == ""
 
     monday.move_to(TUESDAY_9 - timedelta(minutes=40))
     shown = _reminders_shown(operator_client)
     assert "lab" in shown and "on alpha" in shown and "starts in 40 min" in shown
-    assert f'href="/nodes/alpha/#claim-{lab.pk}"' in shown
+    assert f'href="/nodes/alpha/#claim-{booking.pk}"' in shown
     assert _reminders_shown(viewer_client) == ""  # another person's booking
 
     monday.move_to(TUESDAY_9 + HOUR)
@@ -138,7 +138,7 @@ def test_the_claims_page_shows_its_owner_what_starts_or_ends_within_the_hour(
     assert _reminders_shown(operator_client) == ""
 
 
-def test_the_task_is_on_the_central_beat(monday, lab, mailoutbox):
+def test_the_task_is_on_the_central_beat(monday, booking, mailoutbox):
     from django.conf import settings as live
 
     entry = next(e for e in live.CELERY_BEAT_SCHEDULE.values() if e["task"] == "gpufleet.usage.tasks.remind_owners")
