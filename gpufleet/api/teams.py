@@ -7,11 +7,12 @@ audited as in the admin site (gpufleet/teams/services.py)."""
 from typing import Annotated
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db.models import ProtectedError, QuerySet
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Router, Schema, Status
 from ninja.pagination import paginate
-from pydantic import ConfigDict, StringConstraints
+from pydantic import ConfigDict, StrictInt, StringConstraints
 
 from gpufleet.api.errors import ApiError, errors
 from gpufleet.api.pagination import Pages
@@ -28,7 +29,18 @@ TeamName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
                                             max_length=Team._meta.get_field("name").max_length)]
 
 
-class TeamIn(Schema):
+class Quotas(Schema):
+    """A team's quotas (docs/teams.md#quotas), null: no limit. The model checks the values
+    (Team.clean_fields and Team.clean), so the API and the admin site refuse the same."""
+
+    max_gpus: StrictInt | None = Field(None, description="the most GPUs the team may hold at any instant")
+    max_gpus_by_model: dict | None = Field(
+        None, description='the same per GPU model, as {"H100": 8}; null or {}: no limit by model')
+    gpu_hours_per_month: StrictInt | None = Field(None, description="GPU-hours it may reserve in a calendar month")
+    max_gpu_hours_ahead: StrictInt | None = Field(None, description="GPU-hours it may hold beyond the next 24 hours")
+
+
+class TeamIn(Quotas):
     """A new team; `members` and `leads` are user names (leads are members too)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -38,9 +50,10 @@ class TeamIn(Schema):
     leads: list[str] = Field(default_factory=list)
 
 
-class TeamUpdate(Schema):
-    """A team's changes: what is left out stays. `members` replaces the members (those
-    from the directory's groups stay); `leads` says which members lead."""
+class TeamUpdate(Quotas):
+    """A team's changes: what is left out stays (a quota sent as null: no limit). `members`
+    replaces the members (those from the directory's groups stay); `leads` says which
+    members lead."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -50,17 +63,23 @@ class TeamUpdate(Schema):
 
 
 class TeamOut(Out):
-    """A team: its members and which of them lead (user names, sorted)."""
+    """A team: its members and which of them lead (user names, sorted), and its quotas
+    (null, or {} by model: no limit)."""
 
     name: str
     members: list[str]
     leads: list[str]
+    max_gpus: int | None
+    max_gpus_by_model: dict[str, int]
+    gpu_hours_per_month: int | None
+    max_gpu_hours_ahead: int | None
 
 
 def team(row: Team) -> dict:
     """A team as answered; reads `row.memberships` as prefetched (`_rows`)."""
     people = sorted((m.user.get_username(), m.lead) for m in row.memberships.all())
-    return {"name": row.name, "members": [name for name, _ in people], "leads": [name for name, lead in people if lead]}
+    return {"name": row.name, "members": [name for name, _ in people], "leads": [name for name, lead in people if lead],
+            **{field: getattr(row, field) for field in services.QUOTA_FIELDS}}
 
 
 def _rows(request: HttpRequest) -> QuerySet[Team]:
@@ -99,6 +118,17 @@ def _people(usernames: list[str] | None, field: str) -> list | None:
     return list(found.values())
 
 
+def _save(request: HttpRequest, row: Team | None, name: str, body: TeamIn | TeamUpdate) -> Team:
+    """save_team with the quotas the body sent; the model's refusal is a 422 naming the field."""
+    quotas = {field: getattr(body, field) for field in services.QUOTA_FIELDS if field in body.model_fields_set}
+    try:
+        return services.save_team(request.user, row, name, _people(body.members, "members"),
+                                  _people(body.leads, "leads"), quotas)
+    except ValidationError as exc:
+        field, messages = next(iter(exc.message_dict.items()))
+        raise ApiError(422, "invalid", f"{field}: {messages[0]}", field=field) from None
+
+
 @router.api_operation(["GET", "HEAD"], "/teams/", url_name="teams", response={200: list[TeamOut], **errors(400, 401, 403)},
                       **SENT)
 @paginate(Pages, serialize=team)
@@ -109,10 +139,9 @@ def team_list(request: HttpRequest) -> QuerySet[Team]:
 
 @router.post("/teams/", url_name="teams", response={201: TeamOut, **errors(400, 401, 403, 415, 422)}, **SENT)
 def team_add(request: HttpRequest, body: TeamIn) -> Status:
-    """Make a team (admin role)."""
+    """Make a team (admin role), with its quotas if given."""
     _admin(request)
-    made = services.save_team(request.user, None, _free_name(body.name), _people(body.members, "members"),
-                              _people(body.leads, "leads"))
+    made = _save(request, None, _free_name(body.name), body)
     return Status(201, team(_one(request, made.name)))
 
 
@@ -124,11 +153,10 @@ def team_one(request: HttpRequest, name: str) -> dict:
 
 @router.patch("/teams/{name}/", url_name="team", response={200: TeamOut, **errors(400, 401, 403, 404, 415, 422)}, **SENT)
 def team_change(request: HttpRequest, name: str, body: TeamUpdate) -> dict:
-    """Rename a team or set its members and leads (admin role); what is left out stays."""
+    """Rename a team or set its members, leads and quotas (admin role); what is left out stays."""
     _admin(request)
     row = _one(request, name)
-    changed = services.save_team(request.user, row, _free_name(body.name, row) if body.name else row.name,
-                                 _people(body.members, "members"), _people(body.leads, "leads"))
+    changed = _save(request, row, _free_name(body.name, row) if body.name else row.name, body)
     return team(_one(request, changed.name))
 
 

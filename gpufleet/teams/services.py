@@ -21,14 +21,22 @@ def team_state(team: Team) -> dict:
     }
 
 
-def save_team(user, team: Team | None, name: str, members: list | None, leads: list | None) -> Team:
-    """Create (`team` None) or change a team: its name and, when given, its members (users)
-    and which of them lead (None: as they are); leads are members too. Members from the
-    directory's groups stay though not listed: their next login would bring them back."""
+def save_team(user, team: Team | None, name: str, members: list | None, leads: list | None,
+              quotas: dict | None = None) -> Team:
+    """Create (`team` None) or change a team: its name, the quotas given (QUOTA_FIELDS by
+    name; None: no limit; left out: as they are) and, when given, its members (users) and
+    which of them lead (None: as they are); leads are members too. Members from the
+    directory's groups stay though not listed: their next login would bring them back.
+    Quotas the model refuses raise ValidationError before anything is saved."""
     with transaction.atomic():
         before = team_state(team) if team is not None else None
         team = team or Team()
         team.name = name
+        for field, value in (quotas or {}).items():
+            setattr(team, field, value)
+        # The model's own checks of the quotas (the admin site's too); the name is the caller's.
+        team.clean_fields(exclude=[f.name for f in Team._meta.fields if f.name not in QUOTA_FIELDS])
+        team.clean()
         team.save()
         if members is not None or leads is not None:
             current = {row.user_id: row for row in team.memberships.all()}
