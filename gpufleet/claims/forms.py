@@ -252,7 +252,8 @@ class ClaimForm(forms.Form):
     def proposed(self) -> gpu.Claim:
         """The claim as the domain sees it (no start: from now). Call after is_valid()."""
         data = self.cleaned_data
-        window = {"starts_at": data.get("starts_at"), "ends_at": data.get("ends_at")}
+        team = data.get("team") or (self.editing.team if self.editing is not None and self.editing.team_id else None)
+        window = {"starts_at": data.get("starts_at"), "ends_at": data.get("ends_at"), "team": team.name if team else ""}
         if data["mode"] == DEVICES:
             return gpu.Claim(name=data["name"], device_ids=tuple(data[DEVICES]), **window)
         if data["mode"] == ALL:

@@ -366,7 +366,7 @@ def save_claim(
             if taken is not None:
                 raise taken
             starts_at, ends_at = window(terms, editing, timezone.now())
-            proposed = replace(proposed, starts_at=starts_at, ends_at=ends_at)
+            proposed = replace(proposed, starts_at=starts_at, ends_at=ends_at, team=team.name if team else "")
             error = check_claim(locked, proposed, editing)
             if error is not None:
                 raise ClaimRejected(error)
@@ -459,7 +459,7 @@ def save_series(node: Node, proposed: gpu.Claim, user, terms: Terms, rule: str,
         if (closed := maintenance.closed_to_claims(locked)) is not None:
             raise InMaintenance(closed)
         creator = user if user and user.is_authenticated else None
-        planned = plan_series(locked, proposed, terms, rule)
+        planned = plan_series(locked, replace(proposed, team=team.name if team else ""), terms, rule)
         over = _over_quota(team, locked, planned, quota_override_reason)
         for occurrence in planned:
             claim = Claim.objects.create(

@@ -25,7 +25,7 @@ class Claim:
     device_ids: tuple[str, ...] = ()
     starts_at: datetime | None = None
     ends_at: datetime | None = None
-    team: str = ""  # whose claim it is, for the sentences that name it in another's way
+    team: str = ""  # whose claim it is, for the sentences that name it in another team's way
 
     def __post_init__(self) -> None:
         # Callers pass lists from forms and JSON; keep the claim hashable.
@@ -46,10 +46,10 @@ class Claim:
         return (_before(self.starts_at, other.ends_at) and _before(other.starts_at, self.ends_at)
                 and _before(self.starts_at, self.ends_at) and _before(other.starts_at, other.ends_at))
 
-    @property
-    def named(self) -> str:
-        """"train-llm (team vision)", or the name alone for a claim of no team."""
-        return f"{self.name} (team {self.team})" if self.team else self.name
+    def named_for(self, asker: Claim) -> str:
+        """"train-llm (team vision)" to a claim of another team; the name alone to one of
+        the same team (or where either has none), which needs no telling whose it is."""
+        return f"{self.name} (team {self.team})" if self.team and asker.team and self.team != asker.team else self.name
 
     def window(self) -> str:
         """"from Tue 8 Dec 09:00 to Thu 10 Dec 17:00 UTC", in the times' own zone."""
@@ -137,9 +137,8 @@ class DuplicateDevice(FitError):
 class DeviceTaken(FitError):
     code = "device_taken"
 
-    def __init__(self, device_id: str, index: int, holder: str, window: str = "", team: str = "") -> None:
-        whose = f"{holder} (team {team})" if team else holder
-        super().__init__(f"GPU {index} ({device_id!r}) is already reserved by {whose}{_spaced(window)}")
+    def __init__(self, device_id: str, index: int, holder: str, window: str = "") -> None:
+        super().__init__(f"GPU {index} ({device_id!r}) is already reserved by {holder}{_spaced(window)}")
         self.device_id = device_id
         self.index = index
         self.holder = holder
@@ -191,8 +190,8 @@ def _limits(other: Claim, claim: Claim) -> str:
 def _with_windows(held: Ledger, claim: Claim) -> tuple[str, ...]:
     """The claims `held`, each with its team and, where that bounds the conflict, its
     window; () when none has either (the names alone say it)."""
-    windows = {c.named: _limits(c, claim) for c in held.claims}
-    if not any(windows.values()) and not any(c.team for c in held.claims):
+    windows = {c.named_for(claim): _limits(c, claim) for c in held.claims}
+    if not any(windows.values()) and all(name in held.holders for name in windows):
         return ()
     return tuple(f"{name} ({windows[name]})" if windows[name] else name for name in sorted(windows))
 
@@ -310,7 +309,7 @@ class Ledger:
         for index, device_id in named.items():
             holding = held.holding(index)
             if holding is not None:
-                return DeviceTaken(device_id, index, holding.name, _limits(holding, claim), holding.team)
+                return DeviceTaken(device_id, index, holding.named_for(claim), _limits(holding, claim))
         need = len(named) if named else claim.count
         # A pinned claim needs free GPUs too: counted claims may already use up the rest.
         if need > held.free:

@@ -109,6 +109,7 @@ def test_two_bookings_of_one_team_on_two_nodes_never_both_squeeze_under_its_quot
     from gpufleet.teams.models import Team
 
     team = Team.objects.create(name="vision", max_gpus=4)
+    team.memberships.create(user=operator)
     nodes = {"train": make_node("alpha", 4), "eval": make_node("beta", 4)}
     # Hold each save between its quota check and its write: without the team's lock both
     # would see 4 GPUs free of the quota, each on its own node, and both would take 3.

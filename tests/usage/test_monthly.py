@@ -46,7 +46,8 @@ def march(settings, operator, viewer):
         quiet("beta", 1, START)
         train = claims.save_claim(Node.objects.get(name="alpha"), gpu.Claim("train", count=1), operator)
         Claim.objects.filter(pk=train.pk).update(team=Team.objects.create(name="vision"))
-        save_owned(Node.objects.get(name="beta"), gpu.Claim("notebooks", count=1), viewer)
+        notebooks = save_owned(Node.objects.get(name="beta"), gpu.Claim("notebooks", count=1), viewer)
+        Claim.objects.filter(pk=notebooks.pk).update(team=None)  # a claim of no team, as from before teams
     moment = START + STEP
     while moment < APRIL:
         with at(moment):

@@ -314,8 +314,9 @@ def _apply(what: str, node: str | None, claim, user: str) -> None:
     if what == "claim":
         owner = users.get(username=user)
         saved = save_owned(Node.objects.get(name=node), claim, owner)
-        if claim.name in TEAM_OF:
-            Claim.objects.filter(pk=saved.pk).update(team=Team.objects.get_or_create(name=TEAM_OF[claim.name])[0])
+        # The script's teams, or none: a claim of no team is counted as one.
+        team = Team.objects.get_or_create(name=TEAM_OF[claim.name])[0] if claim.name in TEAM_OF else None
+        Claim.objects.filter(pk=saved.pk).update(team=team)
     elif what == "move claim":
         Claim.objects.filter(node__name=node, name=claim).update(team=Team.objects.get_or_create(name=user)[0])
     elif what == "delete claim":
