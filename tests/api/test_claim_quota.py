@@ -8,21 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from gpufleet import gpu
-from gpufleet.claims import services
 from gpufleet.claims.models import Claim
-from gpufleet.teams.models import Team
-from tests.claims.helpers import TUESDAY_9, TUESDAY_17, make_node, post_claim
+from tests.claims.helpers import TUESDAY_9, TUESDAY_17, booked_fixture, make_node, post_claim  # noqa: F401 (the booked fixture)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("monday")]
-
-
-@pytest.fixture
-def booked(operator):
-    team = Team.objects.create(name="vision", max_gpus=2)
-    team.memberships.create(user=operator)
-    return services.save_claim(make_node("alpha", 8), gpu.Claim("train", count=2), operator,
-                               terms=services.Terms(owner=operator, starts_at=TUESDAY_9, ends_at=TUESDAY_17, team=team))
 
 
 def _put(client, claim: Claim, **body):

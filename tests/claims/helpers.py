@@ -8,6 +8,8 @@ import re
 from datetime import UTC, datetime
 from html import unescape
 
+import pytest
+
 from gpufleet import gpu
 from gpufleet.claims import services
 from gpufleet.claims.models import Claim
@@ -53,6 +55,16 @@ def claim(node: Node, name: str, user=None, count: int = 0, device_ids=(), team:
         team = lab_team()
     terms = services.Terms(owner=user, team=team) if team is not None else None
     return services.save_claim(node, gpu.Claim(name=name, count=count, device_ids=tuple(device_ids)), user, terms=terms)
+
+
+@pytest.fixture(name="booked")
+def booked_fixture(operator) -> Claim:
+    """Two GPUs of alpha booked Tuesday 9-17 by `operator` for the team vision, whose quota
+    is 2 GPUs at once: any more is over it. Import it where used (the quota's API and form)."""
+    team = Team.objects.create(name="vision", max_gpus=2)
+    team.memberships.create(user=operator)
+    return services.save_claim(make_node("alpha", 8), gpu.Claim("train", count=2), operator,
+                               terms=services.Terms(owner=operator, starts_at=TUESDAY_9, ends_at=TUESDAY_17, team=team))
 
 
 def save_owned(node: Node, proposed: gpu.Claim, owner) -> Claim:

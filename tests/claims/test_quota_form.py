@@ -5,23 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet import gpu
-from gpufleet.claims import services
 from gpufleet.claims.models import Claim
-from gpufleet.teams.models import Team
-from tests.claims.helpers import HTMX, TUESDAY_9, TUESDAY_17, field_errors, hidden_version, make_node
+from tests.claims.helpers import HTMX, booked_fixture, field_errors, hidden_version  # noqa: F401 (the booked fixture)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("monday")]
 
 FIELD = 'name="quota_override_reason"'
-
-
-@pytest.fixture
-def booked(operator):
-    team = Team.objects.create(name="vision", max_gpus=2)
-    team.memberships.create(user=operator)
-    return services.save_claim(make_node("alpha", 8), gpu.Claim("train", count=2), operator,
-                               terms=services.Terms(owner=operator, starts_at=TUESDAY_9, ends_at=TUESDAY_17, team=team))
 
 
 def _post(client, claim: Claim, **extra):

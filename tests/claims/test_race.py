@@ -19,15 +19,40 @@ from gpufleet.fleet.models import Node
 from tests.claims.helpers import claim, make_node
 
 
-def _slow_ledger_check(monkeypatch) -> None:
-    real_check = services.check_claim
+def _slowed(monkeypatch, module, name: str) -> None:
+    """Holds each call of `module.name` after its answer, so that two racing saves both
+    pass that check before either writes."""
+    real = getattr(module, name)
 
-    def slow_check(*args, **kwargs):
-        verdict = real_check(*args, **kwargs)
+    def slow(*args, **kwargs):
+        verdict = real(*args, **kwargs)
         time.sleep(0.3)
         return verdict
 
-    monkeypatch.setattr(services, "check_claim", slow_check)
+    monkeypatch.setattr(module, name, slow)
+
+
+def _race(save, racers: dict[str, object]) -> dict[str, object]:
+    """`save(name, user)` for each racer in a thread of its own, all let go at once; each
+    name's outcome is what it saved or the exception it raised."""
+    barrier = threading.Barrier(len(racers))
+    outcomes: dict[str, object] = {}
+
+    def run(name: str, user) -> None:
+        try:
+            barrier.wait(timeout=10)
+            outcomes[name] = save(name, user)
+        except Exception as exc:  # recorded and asserted by the test
+            outcomes[name] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(name, user)) for name, user in racers.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    return outcomes
 
 
 @pytest.mark.django_db(transaction=True)
@@ -36,27 +61,12 @@ def test_it_lets_exactly_one_of_two_racing_saves_take_the_last_gpu(operator, adm
     claim(node, "train", operator, count=1)
     # Hold each save between the ledger check and the write, so without the lock
     # both would see one GPU free and both would book it.
-    _slow_ledger_check(monkeypatch)
-    barrier = threading.Barrier(2)
-    outcomes: dict[str, object] = {}
+    _slowed(monkeypatch, services, "check_claim")
 
-    def save(name: str, user) -> None:
-        try:
-            barrier.wait(timeout=10)
-            outcomes[name] = services.save_claim(node, gpu.Claim(name=name, count=1), user)
-        except Exception as exc:  # recorded and asserted below
-            outcomes[name] = exc
-        finally:
-            connection.close()
+    def save(name: str, user) -> Claim:
+        return services.save_claim(node, gpu.Claim(name=name, count=1), user)
 
-    threads = [
-        threading.Thread(target=save, args=("infer", operator)),
-        threading.Thread(target=save, args=("eval", admin_user)),
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
+    outcomes = _race(save, {"infer": operator, "eval": admin_user})
 
     won = [n for n, o in outcomes.items() if isinstance(o, Claim)]
     lost = [o for o in outcomes.values() if not isinstance(o, Claim)]
@@ -71,29 +81,16 @@ def test_it_lets_exactly_one_of_two_racing_saves_take_the_last_gpu(operator, adm
 @pytest.mark.django_db(transaction=True)
 def test_two_racing_bookings_of_one_gpu_in_overlapping_windows_never_both_hold_it(operator, admin_user, monkeypatch):
     node = make_node("alpha", 2)
-    _slow_ledger_check(monkeypatch)
-    barrier = threading.Barrier(2)
-    outcomes: dict[str, object] = {}
+    _slowed(monkeypatch, services, "check_claim")
     soon = timezone.now().replace(microsecond=0) + timedelta(days=1)
     windows = {"train": (soon, soon + timedelta(days=2)), "eval": (soon + timedelta(days=1), soon + timedelta(days=3))}
 
-    def book(name: str, user) -> None:
+    def book(name: str, user) -> Claim:
         starts_at, ends_at = windows[name]
-        try:
-            barrier.wait(timeout=10)
-            outcomes[name] = services.save_claim(node, gpu.Claim(name=name, device_ids=("0",)), user,
-                                                 terms=services.Terms(owner=user, starts_at=starts_at, ends_at=ends_at))
-        except Exception as exc:  # recorded and asserted below
-            outcomes[name] = exc
-        finally:
-            connection.close()
+        return services.save_claim(node, gpu.Claim(name=name, device_ids=("0",)), user,
+                                   terms=services.Terms(owner=user, starts_at=starts_at, ends_at=ends_at))
 
-    threads = [threading.Thread(target=book, args=("train", operator)),
-               threading.Thread(target=book, args=("eval", admin_user))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
+    outcomes = _race(book, {"train": operator, "eval": admin_user})
 
     won = [o for o in outcomes.values() if isinstance(o, Claim)]
     lost = [o for o in outcomes.values() if not isinstance(o, Claim)]
@@ -113,34 +110,14 @@ def test_two_bookings_of_one_team_on_two_nodes_never_both_squeeze_under_its_quot
     nodes = {"train": make_node("alpha", 4), "eval": make_node("beta", 4)}
     # Hold each save between its quota check and its write: without the team's lock both
     # would see 4 GPUs free of the quota, each on its own node, and both would take 3.
-    real_exceeded = quota.exceeded
-
-    def slow_exceeded(*args, **kwargs):
-        verdict = real_exceeded(*args, **kwargs)
-        time.sleep(0.3)
-        return verdict
-
-    monkeypatch.setattr(quota, "exceeded", slow_exceeded)
-    barrier = threading.Barrier(2)
-    outcomes: dict[str, object] = {}
+    _slowed(monkeypatch, quota, "exceeded")
     soon = timezone.now().replace(microsecond=0) + timedelta(days=1)
 
-    def book(name: str, user) -> None:
+    def book(name: str, user) -> Claim:
         terms = services.Terms(owner=user, starts_at=soon, ends_at=soon + timedelta(hours=8), team=team)
-        try:
-            barrier.wait(timeout=10)
-            outcomes[name] = services.save_claim(nodes[name], gpu.Claim(name=name, count=3), user, terms=terms)
-        except Exception as exc:  # recorded and asserted below
-            outcomes[name] = exc
-        finally:
-            connection.close()
+        return services.save_claim(nodes[name], gpu.Claim(name=name, count=3), user, terms=terms)
 
-    threads = [threading.Thread(target=book, args=("train", operator)),
-               threading.Thread(target=book, args=("eval", admin_user))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
+    outcomes = _race(book, {"train": operator, "eval": admin_user})
 
     won = [o for o in outcomes.values() if isinstance(o, Claim)]
     lost = [o for o in outcomes.values() if not isinstance(o, Claim)]

@@ -1,6 +1,6 @@
-"""What the idle-claim and monthly-report tests share: Django's mail sent over real SMTP to
-the `inbox` receiver (tests/receivers.py), and a claim whose GPUs did nothing, made
-through ingest as a node reports it."""
+"""What the idle-claim, no-show, reminder and monthly-report tests share: the owner told,
+Django's mail sent over real SMTP to the `inbox` receiver (tests/receivers.py), and a claim
+whose GPUs did nothing, made through ingest as a node reports it."""
 
 from __future__ import annotations
 
@@ -22,6 +22,14 @@ STEP = timedelta(minutes=5)
 
 def port_of(inbox) -> int:
     return int(re.search(r"mailto://127\.0\.0\.1:(\d+)", inbox.url).group(1))
+
+
+@pytest.fixture(name="owner")
+def owner_fixture(operator):
+    """The operator, with the address the owner's mail goes to."""
+    operator.email = "otto@example.com"
+    operator.save()
+    return operator
 
 
 @pytest.fixture(name="mail")

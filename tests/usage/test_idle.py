@@ -24,16 +24,9 @@ from gpufleet.ingest.services import ingest_snapshot
 from gpufleet.usage import idle, tasks
 from gpufleet.usage.report import report
 from tests.factories import snapshot
-from tests.usage.owner_mail import SITE, STEP, idle_claim, mail_fixture, quiet  # noqa: F401 (the mail fixture)
+from tests.usage.owner_mail import SITE, STEP, idle_claim, mail_fixture, owner_fixture, quiet  # noqa: F401 (the mail and owner fixtures)
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def owner(operator):
-    operator.email = "otto@example.com"
-    operator.save()
-    return operator
 
 
 def test_the_owner_of_an_idle_claim_is_told_once_with_the_hours_wasted_and_a_link(settings, mail, owner):

@@ -18,16 +18,9 @@ from gpufleet.events.models import Event, Kind
 from gpufleet.fleet.models import Node
 from gpufleet.usage import idle
 from tests.claims.helpers import NOW, TUESDAY_9, TUESDAY_17
-from tests.usage.owner_mail import SITE, STEP, quiet
+from tests.usage.owner_mail import SITE, STEP, owner_fixture, quiet  # noqa: F401 (the owner fixture)
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def owner(operator):
-    operator.email = "otto@example.com"
-    operator.save()
-    return operator
 
 
 @pytest.fixture

@@ -14,18 +14,11 @@ from gpufleet.claims.models import Claim
 from gpufleet.fleet.models import Node
 from gpufleet.usage import reminders, tasks
 from tests.claims.helpers import NOW, TUESDAY_9, TUESDAY_17, make_node
-from tests.usage.owner_mail import SITE
+from tests.usage.owner_mail import SITE, owner_fixture  # noqa: F401 (the owner fixture)
 
 pytestmark = pytest.mark.django_db
 
 HOUR = timedelta(hours=1)
-
-
-@pytest.fixture
-def owner(operator):
-    operator.email = "otto@example.com"
-    operator.save()
-    return operator
 
 
 @pytest.fixture
