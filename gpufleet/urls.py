@@ -29,7 +29,7 @@ urlpatterns = [
     # A calendar feed: no login, its secret in the URL (gpufleet/api/feeds.py).
     path("calendar/<str:secret>.ics", feeds.feed, name="calendar_feed"),
     path("claims/", include("gpufleet.claims.urls")),
-    path("teams/", include((teams_urls.urlpatterns + [path("<str:name>/", team_page.team_detail, name="detail")],
+    path("teams/", include((teams_urls.urlpatterns + [path("<segment:name>/", team_page.team_detail, name="detail")],
                             teams_urls.app_name))),
     path("alerts/", include("gpufleet.alerts.urls")),
     path("usage/", include("gpufleet.usage.urls")),

@@ -87,7 +87,8 @@ def _rows(request: HttpRequest) -> QuerySet[Team]:
 
 
 def _one(request: HttpRequest, name: str) -> Team:
-    found = _rows(request).filter(name__iexact=name).first()
+    # No team's name holds a control character, and PostgreSQL refuses a NUL in text outright.
+    found = None if any(ord(c) < 32 or ord(c) == 127 for c in name) else _rows(request).filter(name__iexact=name).first()
     if found is None:
         # The same answer for a team that is not there and one the caller may not read.
         raise ApiError(404, "not_found", f"there is no team {name!r} of yours")

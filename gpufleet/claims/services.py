@@ -298,7 +298,8 @@ def allowed_team(user, editing: Claim | None, terms: Terms | None):
         team, choices = rights.default_team(person)
         if team is None:
             named = ", ".join(choices[:rights.CHOICES_SHOWN]) + (", ..." if len(choices) > rights.CHOICES_SHOWN else "")
-            raise BadTerms("team", f"say which team the claim is for: {named}" if choices else "there is no team to book for yet")
+            raise BadTerms("team", f"say which team the claim is for: {named}" if choices else
+                           "there is no team to book for yet: an admin may make one first (Admin → Teams, or POST /api/teams/)")
     if terms is not None:
         owner = terms.owner
     else:

@@ -19,8 +19,10 @@ class CoreConfig(AppConfig):
 
         models.Field.register_lookup(AnyOf)
         models.ForeignObject.register_lookup(AnyOf)  # which takes only lookups of its own
-        # Before any URLconf is read, so every app's urls.py may use <node:name>.
+        # Before any URLconf is read, so every app's urls.py may use <node:name> and
+        # <segment:name> (a team's name, say: the same rule for any name in a path).
         register_converter(NodeNameConverter, "node")
+        register_converter(NodeNameConverter, "segment")
 
         # After every app's permissions exist, whichever app migrated last.
         post_migrate.connect(ensure_roles, dispatch_uid="gpufleet.core.ensure_roles")

@@ -32,6 +32,8 @@ UNLABELLED_CELLS = """() => {
   const found = [];
   for (const td of document.querySelectorAll("table td")) {
     if (td.classList.contains("empty") || !td.offsetParent || !td.innerText.trim()) continue;
+    // The node calendar is a grid of hours that scrolls sideways in a box of its own: never stacked.
+    if (td.closest("table.calendar-table")) continue;
     const label = td.getAttribute("data-label") || "";
     const before = getComputedStyle(td, "::before");
     const shown = before.display !== "none" && before.content.includes(label);

@@ -218,8 +218,15 @@ def _the_demo_is_a_working_fleet_with_one_node_in_trouble(db: Path, log: Path, b
     found = session.get(f"{site}/api/placement", params={"count": 2}, timeout=30)
     assert found.status_code == 200, found.text
     assert "demo-1" in found.text and "demo-a40" in found.text, found.text
+    sent = {"X-CSRFToken": session.cookies["csrftoken"], "Referer": f"{site}/"}
+    # A fresh site has no team: the admin makes one (docs/teams.md), then books for it.
+    refused = session.post(f"{site}/api/nodes/demo-1/claims/", json={"name": "first-claim", "count": 2}, timeout=30,
+                           headers=sent)
+    assert refused.status_code == 422 and "make one first" in refused.json()["error"]["message"], refused.text
+    team = session.post(f"{site}/api/teams/", json={"name": "demo", "leads": ["admin"]}, timeout=30, headers=sent)
+    assert team.status_code == 201, team.text
     claim = session.post(f"{site}/api/nodes/demo-1/claims/", json={"name": "first-claim", "count": 2}, timeout=30,
-                         headers={"X-CSRFToken": session.cookies["csrftoken"], "Referer": f"{site}/"})
+                         headers=sent)
     assert claim.status_code == 201, claim.text
     claims = session.get(f"{site}/claims/", timeout=30)
     assert claims.status_code == 200 and "first-claim" in claims.text and "demo-1" in claims.text
